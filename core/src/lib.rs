@@ -1,0 +1,23 @@
+//! `mesgd-core`: the protocol-agnostic heart of mesgd.
+//!
+//! Everything here is free of sockets and of a particular async runtime's I/O: front ends
+//! (MQTT over TCP/TLS/WebSocket, and later the JSON relay) decode bytes into the types of this
+//! crate, ask it who a client is and what it may see, and hand it messages to route.
+//!
+//! # Layout
+//!
+//! - [`topic`]: validated [`topic::TopicName`] and [`topic::TopicFilter`] newtypes, shared
+//!   subscription names, and filter matching.
+//! - [`trie`]: the subscription trie (`+`, `#`, `$`-topics) and the retained-message topic tree.
+//! - [`acl`]: ACL rules (`{pattern, permission}`), their compiled per-client form, the
+//!   allocation-free read/write check and the exact subscribe-intersection check.
+//! - [`auth`]: [`auth::ConnectInfo`], [`auth::Identity`], the dyn-compatible
+//!   [`auth::Authenticator`] trait with its three-way [`auth::Outcome`], and the ordered
+//!   [`auth::Chain`] of providers.
+//! - [`mqtt`]: the sans-I/O MQTT 3.1 / 3.1.1 / 5.0 codec (`decode` / `encode`).
+
+pub mod acl;
+pub mod auth;
+pub mod mqtt;
+pub mod topic;
+pub mod trie;

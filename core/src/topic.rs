@@ -1,0 +1,1 @@
+//! Validated topic names and topic filters.

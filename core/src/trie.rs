@@ -1,0 +1,1 @@
+//! The subscription trie and the retained-message topic tree.

@@ -1,0 +1,3 @@
+//! The `mesgd` command line.
+
+fn main() {}
