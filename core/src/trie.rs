@@ -1,1 +1,0 @@
-//! The subscription trie and the retained-message topic tree.
