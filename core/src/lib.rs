@@ -15,9 +15,21 @@
 //!   [`auth::Authenticator`] trait with its three-way [`auth::Outcome`], and the ordered
 //!   [`auth::Chain`] of providers.
 //! - [`mqtt`]: the sans-I/O MQTT 3.1 / 3.1.1 / 5.0 codec (`decode` / `encode`).
+//! - [`message`]: the protocol-neutral [`message::Message`] shared by every subscriber.
+//! - [`session`]: [`session::Session`] — subscriptions, the outbound queue and in-flight
+//!   window, QoS 2 state, the receiver ACL; woken connections drain it.
+//! - [`router`]: the sharded subscription index and the fan-out of one publish.
+//! - [`retained`]: the retained-message store.
+//! - [`broker`]: [`broker::Broker`] — the session registry, takeover locks, wills, expiry timers
+//!   and statistics, over the router and the retained store.
 
 pub mod acl;
 pub mod auth;
+pub mod broker;
+pub mod message;
 pub mod mqtt;
+pub mod retained;
+pub mod router;
+pub mod session;
 pub mod topic;
 pub mod trie;

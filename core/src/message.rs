@@ -1,0 +1,153 @@
+//! The application message as the router sees it, whatever protocol brought it in.
+//!
+//! A [`Message`] is built once per PUBLISH (or relay `publish`, or will) and shared by `Arc`
+//! between every subscriber queue, the retained store and the persistence layer: the payload is
+//! a reference-counted [`Bytes`], never copied per subscriber.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::mqtt::{PublishProperties, QoS};
+use crate::topic::TopicName;
+
+/// A process-unique session identifier, used for no-local and for shared-subscription
+/// bookkeeping (client ids can be reused by a new session; these numbers never are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
+/// Where a message came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The publishing session (for no-local), if a client published it.
+    pub session: Option<SessionId>,
+    /// The publisher's client id (`from` in the relay protocol), if any.
+    pub client_id: Option<Arc<str>>,
+}
+
+impl Origin {
+    /// A message the broker itself produced (`$SYS`, a will of a session that is gone).
+    pub const BROKER: Origin = Origin { session: None, client_id: None };
+}
+
+/// The protocol-neutral properties that travel with a message (MQTT 5 names; other front ends
+/// map what they have onto them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MessageProperties {
+    /// 1 = the payload is UTF-8 text.
+    pub payload_format_indicator: Option<u8>,
+    /// A MIME-like description of the payload.
+    pub content_type: Option<Arc<str>>,
+    /// The topic for a response.
+    pub response_topic: Option<Arc<str>>,
+    /// Opaque data that ties a response to its request.
+    pub correlation_data: Option<Bytes>,
+    /// Application-defined name/value pairs, forwarded unchanged and in order.
+    pub user_properties: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl MessageProperties {
+    /// Takes the forwarded properties out of a decoded PUBLISH.
+    pub fn from_publish(p: &PublishProperties) -> Self {
+        MessageProperties {
+            payload_format_indicator: p.payload_format_indicator,
+            content_type: p.content_type.clone(),
+            response_topic: p.response_topic.clone(),
+            correlation_data: p.correlation_data.clone(),
+            user_properties: p.user_properties.clone(),
+        }
+    }
+
+    /// Whether there is nothing to forward (the common case, encoded without properties).
+    pub fn is_empty(&self) -> bool {
+        self.payload_format_indicator.is_none()
+            && self.content_type.is_none()
+            && self.response_topic.is_none()
+            && self.correlation_data.is_none()
+            && self.user_properties.is_empty()
+    }
+}
+
+/// An application message in flight through the broker.
+#[derive(Clone, Debug)]
+pub struct Message {
+    /// The concrete topic.
+    pub topic: TopicName,
+    /// The payload, shared by every copy.
+    pub payload: Bytes,
+    /// The QoS it was published with (each subscriber receives `min(this, granted)`).
+    pub qos: QoS,
+    /// The retain flag it was published with.
+    pub retain: bool,
+    /// Forwarded properties.
+    pub properties: MessageProperties,
+    /// When it expires (MQTT 5 message expiry interval), on the monotonic clock.
+    pub expires_at: Option<Instant>,
+    /// Who published it.
+    pub origin: Origin,
+}
+
+impl Message {
+    /// A message with no properties and no expiry.
+    pub fn new(topic: TopicName, payload: Bytes, qos: QoS, retain: bool, origin: Origin) -> Self {
+        Message {
+            topic,
+            payload,
+            qos,
+            retain,
+            properties: MessageProperties::default(),
+            expires_at: None,
+            origin,
+        }
+    }
+
+    /// Sets the expiry from an MQTT 5 message expiry interval (seconds), counted from `now`.
+    pub fn with_expiry_interval(mut self, interval_s: Option<u32>, now: Instant) -> Self {
+        self.expires_at = interval_s.map(|s| now + Duration::from_secs(u64::from(s)));
+        self
+    }
+
+    /// Whether the message has expired at `now`.
+    pub fn is_expired(&self, now: Instant) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// The remaining lifetime to send with the message (whole seconds, rounded up so a message
+    /// that has not expired never goes out with 0), or `None` if it never expires.
+    pub fn remaining_expiry(&self, now: Instant) -> Option<u32> {
+        self.expires_at.map(|at| {
+            let left = at.saturating_duration_since(now);
+            let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            u32::try_from(secs).unwrap_or(u32::MAX)
+        })
+    }
+
+    /// The payload's size plus the topic's, the figure queue byte limits count.
+    pub fn weight(&self) -> usize {
+        self.payload.len() + self.topic.as_str().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_expiry_rounds_up_and_reaches_zero_only_when_expired() {
+        let now = Instant::now();
+        let m = Message::new(
+            TopicName::try_from("a").unwrap(),
+            Bytes::new(),
+            QoS::AtMostOnce,
+            false,
+            Origin::BROKER,
+        )
+        .with_expiry_interval(Some(10), now);
+        assert_eq!(m.remaining_expiry(now), Some(10));
+        assert_eq!(m.remaining_expiry(now + Duration::from_millis(2500)), Some(8));
+        assert!(!m.is_expired(now + Duration::from_millis(9999)));
+        assert!(m.is_expired(now + Duration::from_secs(10)));
+        assert_eq!(m.remaining_expiry(now + Duration::from_secs(11)), Some(0));
+    }
+}

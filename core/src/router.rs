@@ -1,0 +1,543 @@
+//! The router: subscriptions in, deliveries out.
+//!
+//! Filters live in a [`SubscriptionTrie`] split into shards so that no single lock sits on the
+//! publish path: a filter whose first level is literal goes to the shard chosen by hashing that
+//! level; a filter that starts with `+` or `#` goes to the wildcard shard. A publish reads (under
+//! a shared lock, one shard at a time) its own first level's shard and, unless its topic starts
+//! with `$`, the wildcard shard. Subscribes to different first levels never block each other or
+//! publishes elsewhere.
+//!
+//! Matches are collected first and the locks released before any session is touched, then
+//! overlapping subscriptions of one session are merged (one delivery at the highest granted QoS
+//! with every subscription identifier), shared groups pick one online member round-robin, and
+//! each delivery is pushed into its session, which applies the receiver's ACL and queue limits.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::message::{Message, SessionId};
+use crate::mqtt::QoS;
+use crate::session::{Delivery, Enqueued, Session, SharedRoute, SubscribeOptions, SubscriptionIds};
+use crate::topic::{SubscriptionFilter, TopicFilter, TopicName};
+use crate::trie::SubscriptionTrie;
+
+/// How many literal shards the trie is split into.
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
+struct Subscriber {
+    session: Arc<Session>,
+    options: SubscribeOptions,
+}
+
+#[derive(Debug)]
+struct SharedGroup {
+    name: Arc<str>,
+    subscription: Arc<str>,
+    members: Vec<Subscriber>,
+    /// Round-robin position; advanced under the shard's read lock, hence atomic.
+    cursor: AtomicUsize,
+}
+
+/// Everything subscribed to one filter.
+#[derive(Debug, Default)]
+struct FilterSubscribers {
+    direct: Vec<Subscriber>,
+    groups: Vec<SharedGroup>,
+}
+
+impl FilterSubscribers {
+    fn is_empty(&self) -> bool {
+        self.direct.is_empty() && self.groups.is_empty()
+    }
+}
+
+/// One session's merged share of a publish.
+struct Target {
+    session: Arc<Session>,
+    qos: QoS,
+    retain_as_published: bool,
+    no_local: bool,
+    subscription_ids: SubscriptionIds,
+    shared: Option<SharedRoute>,
+}
+
+thread_local! {
+    /// Per-thread scratch space for the targets of one publish, so routing does not allocate.
+    static TARGETS: RefCell<Vec<Target>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What routing one message did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteStats {
+    /// Sessions that accepted the message into their queue.
+    pub delivered: usize,
+    /// Sessions whose ACL or no-local option filtered it out.
+    pub filtered: usize,
+    /// Sessions whose queue limits dropped it (or dropped an older message for it).
+    pub dropped: usize,
+}
+
+/// The subscription index and delivery fan-out.
+#[derive(Debug)]
+pub struct Router {
+    shards: Box<[RwLock<SubscriptionTrie<FilterSubscribers>>]>,
+    wildcard: RwLock<SubscriptionTrie<FilterSubscribers>>,
+    count: AtomicUsize,
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Router::new()
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// FNV-1a: a fast hash for short strings, good enough to spread first levels over shards.
+fn shard_of(level: &str) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in level.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % SHARDS as u64) as usize
+}
+
+impl Router {
+    /// An empty router.
+    pub fn new() -> Self {
+        Router {
+            shards: (0..SHARDS).map(|_| RwLock::new(SubscriptionTrie::new())).collect(),
+            wildcard: RwLock::new(SubscriptionTrie::new()),
+            count: AtomicUsize::new(0),
+        }
+    }
+
+    fn shard_for_filter(&self, filter: &TopicFilter) -> &RwLock<SubscriptionTrie<FilterSubscribers>> {
+        let first = filter.as_str().split('/').next().unwrap_or("");
+        if first == "+" || first == "#" { &self.wildcard } else { &self.shards[shard_of(first)] }
+    }
+
+    /// How many subscriptions (filter × session, shared members included) exist.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether there are no subscriptions.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds or replaces `session`'s subscription. Returns true if it replaced an existing one
+    /// (MQTT 5 retain handling 1 sends retained messages only for new subscriptions).
+    pub fn subscribe(
+        &self,
+        session: &Arc<Session>,
+        filter: &SubscriptionFilter,
+        options: SubscribeOptions,
+    ) -> bool {
+        let mut trie = write(self.shard_for_filter(filter.filter()));
+        let entry = trie.entry(filter.filter());
+        let list = match filter {
+            SubscriptionFilter::Plain(_) => &mut entry.direct,
+            SubscriptionFilter::Shared { group, .. } => {
+                let position = entry.groups.iter().position(|g| g.name == *group);
+                let index = match position {
+                    Some(i) => i,
+                    None => {
+                        entry.groups.push(SharedGroup {
+                            name: group.clone(),
+                            subscription: Arc::from(filter.as_str()),
+                            members: Vec::new(),
+                            cursor: AtomicUsize::new(0),
+                        });
+                        entry.groups.len() - 1
+                    }
+                };
+                &mut entry.groups[index].members
+            }
+        };
+        if let Some(existing) = list.iter_mut().find(|s| s.session.id() == session.id()) {
+            existing.options = options;
+            existing.session = session.clone();
+            true
+        } else {
+            list.push(Subscriber { session: session.clone(), options });
+            self.count.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Removes `session`'s subscription; returns whether it existed.
+    pub fn unsubscribe(&self, session: SessionId, filter: &SubscriptionFilter) -> bool {
+        let mut removed = false;
+        let mut trie = write(self.shard_for_filter(filter.filter()));
+        trie.remove_if(filter.filter(), |entry| {
+            match filter {
+                SubscriptionFilter::Plain(_) => removed = remove_member(&mut entry.direct, session),
+                SubscriptionFilter::Shared { group, .. } => {
+                    if let Some(i) = entry.groups.iter().position(|g| g.name == *group) {
+                        removed = remove_member(&mut entry.groups[i].members, session);
+                        if entry.groups[i].members.is_empty() {
+                            entry.groups.swap_remove(i);
+                        }
+                    }
+                }
+            }
+            entry.is_empty()
+        });
+        if removed {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Delivers `message` to every matching subscription.
+    pub fn route(&self, message: &Arc<Message>) -> RouteStats {
+        TARGETS.with(|cell| {
+            let Ok(mut targets) = cell.try_borrow_mut() else {
+                // Re-entered from inside a delivery (cannot happen today): use a fresh buffer.
+                return self.route_with(message, &mut Vec::new());
+            };
+            let stats = self.route_with(message, &mut targets);
+            targets.clear();
+            stats
+        })
+    }
+
+    fn route_with(&self, message: &Arc<Message>, targets: &mut Vec<Target>) -> RouteStats {
+        let topic = &message.topic;
+        let first = topic.as_str().split('/').next().unwrap_or("");
+        collect(&read(&self.shards[shard_of(first)]), topic, message.qos, targets);
+        if !topic.is_dollar() {
+            collect(&read(&self.wildcard), topic, message.qos, targets);
+        }
+        merge_overlapping(targets);
+        let mut stats = RouteStats::default();
+        for t in targets.drain(..) {
+            let delivery = Delivery {
+                message: message.clone(),
+                qos: t.qos,
+                retain: t.retain_as_published && message.retain,
+                subscription_ids: t.subscription_ids,
+                shared: t.shared,
+            };
+            count(&mut stats, t.session.enqueue(delivery, t.no_local));
+        }
+        stats
+    }
+
+    /// Hands a delivery that a leaving shared-group member did not acknowledge to another
+    /// online member of the same group. Returns the delivery back if there is none.
+    pub fn redispatch(&self, delivery: Delivery, leaving: SessionId) -> Result<(), Delivery> {
+        let Some(route) = delivery.shared.clone() else { return Err(delivery) };
+        let Ok(filter) = SubscriptionFilter::parse(&route.subscription) else { return Err(delivery) };
+        let chosen = {
+            let trie = read(self.shard_for_filter(filter.filter()));
+            trie.get(filter.filter())
+                .and_then(|entry| entry.groups.iter().find(|g| g.name == route.group))
+                .and_then(|group| pick_member(group, Some(leaving), true))
+                .map(|m| (m.session.clone(), m.options))
+        };
+        match chosen {
+            Some((session, options)) => {
+                let qos = delivery.message.qos.min(options.qos);
+                session.enqueue(Delivery { qos, ..delivery }, false);
+                Ok(())
+            }
+            None => Err(delivery),
+        }
+    }
+
+    /// Visits every subscription (for statistics and persistence).
+    pub fn for_each_subscription(&self, mut f: impl FnMut(&Session, &SubscribeOptions)) {
+        for shard in self.shards.iter().chain(std::iter::once(&self.wildcard)) {
+            read(shard).for_each(|_, entry| {
+                for s in &entry.direct {
+                    f(&s.session, &s.options);
+                }
+                for g in &entry.groups {
+                    for s in &g.members {
+                        f(&s.session, &s.options);
+                    }
+                }
+            });
+        }
+    }
+}
+
+fn remove_member(list: &mut Vec<Subscriber>, session: SessionId) -> bool {
+    match list.iter().position(|s| s.session.id() == session) {
+        Some(i) => {
+            list.swap_remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+fn count(stats: &mut RouteStats, outcome: Enqueued) {
+    match outcome {
+        Enqueued::Queued => stats.delivered += 1,
+        Enqueued::QueuedDroppingOldest => {
+            stats.delivered += 1;
+            stats.dropped += 1;
+        }
+        Enqueued::Filtered => stats.filtered += 1,
+        Enqueued::Dropped => stats.dropped += 1,
+    }
+}
+
+/// Collects the subscribers of every filter in `trie` that matches `topic`.
+fn collect(trie: &SubscriptionTrie<FilterSubscribers>, topic: &TopicName, qos: QoS, out: &mut Vec<Target>) {
+    trie.for_each_match(topic, |entry| {
+        for s in &entry.direct {
+            out.push(target(s, qos, None));
+        }
+        for group in &entry.groups {
+            if let Some(member) = pick_member(group, None, false) {
+                let route =
+                    SharedRoute { group: group.name.clone(), subscription: group.subscription.clone() };
+                out.push(target(member, qos, Some(route)));
+            }
+        }
+    });
+}
+
+fn target(s: &Subscriber, qos: QoS, shared: Option<SharedRoute>) -> Target {
+    Target {
+        session: s.session.clone(),
+        qos: qos.min(s.options.qos),
+        retain_as_published: s.options.retain_as_published,
+        no_local: s.options.no_local,
+        subscription_ids: s.options.subscription_id.into_iter().collect(),
+        shared,
+    }
+}
+
+/// Round-robin over the group's online members. Without an online member, a plain publish
+/// still goes to one member (its session queues it until it returns), but a redispatch
+/// (`online_only`) does not bounce a message between offline sessions.
+fn pick_member(group: &SharedGroup, except: Option<SessionId>, online_only: bool) -> Option<&Subscriber> {
+    let n = group.members.len();
+    if n == 0 {
+        return None;
+    }
+    // The cursor moves past the member chosen, so offline members are skipped without giving
+    // their turn to the next online one. Two publishers racing may pick the same member; the
+    // rotation stays fair over time, which is all round-robin promises.
+    let start = group.cursor.load(Ordering::Relaxed);
+    let eligible = |s: &Subscriber| Some(s.session.id()) != except;
+    let choose = |want_online: bool| {
+        (0..n).find(|i| {
+            let m = &group.members[(start + i) % n];
+            eligible(m) && (!want_online || m.session.is_online())
+        })
+    };
+    let offset = match choose(true) {
+        Some(i) => i,
+        None if online_only => return None,
+        None => choose(false)?,
+    };
+    group.cursor.store(start.wrapping_add(offset + 1), Ordering::Relaxed);
+    Some(&group.members[(start + offset) % n])
+}
+
+/// Merges the targets of one session into one delivery: highest QoS, every subscription id.
+/// Deliveries through shared groups stay separate (a shared subscription is independent of the
+/// session's other subscriptions).
+fn merge_overlapping(targets: &mut Vec<Target>) {
+    if targets.len() < 2 {
+        return;
+    }
+    targets.sort_by_key(|t| (t.shared.is_some(), t.session.id()));
+    let mut write = 0;
+    for read in 0..targets.len() {
+        if write > 0 {
+            let (done, rest) = targets.split_at_mut(read);
+            let (prev, cur) = (&mut done[write - 1], &mut rest[0]);
+            if prev.shared.is_none() && cur.shared.is_none() && prev.session.id() == cur.session.id() {
+                prev.qos = prev.qos.max(cur.qos);
+                prev.retain_as_published |= cur.retain_as_published;
+                // no-local applies if every overlapping subscription asks for it.
+                prev.no_local &= cur.no_local;
+                let ids = std::mem::take(&mut cur.subscription_ids);
+                prev.subscription_ids.extend(ids);
+                continue;
+            }
+        }
+        targets.swap(write, read);
+        write += 1;
+    }
+    targets.truncate(write);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::acl::Acl;
+    use crate::message::Origin;
+    use crate::session::{Outgoing, QueueLimits, SessionExpiry};
+
+    fn session(id: u64) -> Arc<Session> {
+        let s = Session::new(
+            SessionId(id),
+            format!("c{id}").into(),
+            SessionExpiry::Never,
+            QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: true },
+        );
+        s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
+        Arc::new(s)
+    }
+
+    fn sub(f: &str) -> SubscriptionFilter {
+        SubscriptionFilter::parse(f).unwrap()
+    }
+
+    fn msg(topic: &str, qos: QoS, origin: Option<u64>) -> Arc<Message> {
+        let origin = Origin { session: origin.map(SessionId), client_id: None };
+        Arc::new(Message::new(
+            TopicName::try_from(topic).unwrap(),
+            Bytes::from_static(b"p"),
+            qos,
+            true,
+            origin,
+        ))
+    }
+
+    fn taken(s: &Session) -> Vec<(QoS, Vec<u32>, bool)> {
+        let waker = std::task::Waker::noop();
+        let mut out = Vec::new();
+        s.drain(1, 100, 100, Instant::now(), waker, &mut out);
+        out.into_iter()
+            .filter_map(|o| match o {
+                Outgoing::Publish { delivery, .. } => {
+                    Some((delivery.qos, delivery.subscription_ids.to_vec(), delivery.retain))
+                }
+                Outgoing::PubRel { .. } => None,
+            })
+            .collect()
+    }
+
+    fn opts(qos: QoS, id: Option<u32>) -> SubscribeOptions {
+        SubscribeOptions { subscription_id: id, ..SubscribeOptions::with_qos(qos) }
+    }
+
+    #[test]
+    fn overlapping_subscriptions_deliver_once_at_highest_qos_with_all_ids() {
+        let r = Router::new();
+        let a = session(1);
+        r.subscribe(&a, &sub("x/+"), opts(QoS::AtMostOnce, Some(1)));
+        r.subscribe(&a, &sub("#"), opts(QoS::ExactlyOnce, Some(2)));
+        r.subscribe(&a, &sub("x/y"), opts(QoS::AtLeastOnce, None));
+        let stats = r.route(&msg("x/y", QoS::ExactlyOnce, None));
+        assert_eq!(stats.delivered, 1);
+        let got = taken(&a);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, QoS::ExactlyOnce);
+        let mut ids = got[0].1.clone();
+        ids.sort();
+        assert_eq!(ids, [1, 2]);
+        assert!(!got[0].2, "retain cleared for established subscriptions");
+    }
+
+    #[test]
+    fn qos_is_downgraded_to_the_granted_qos() {
+        let r = Router::new();
+        let a = session(1);
+        r.subscribe(&a, &sub("t"), opts(QoS::AtMostOnce, None));
+        r.route(&msg("t", QoS::ExactlyOnce, None));
+        assert_eq!(taken(&a)[0].0, QoS::AtMostOnce);
+    }
+
+    #[test]
+    fn dollar_topics_are_not_matched_by_leading_wildcards() {
+        let r = Router::new();
+        let a = session(1);
+        let b = session(2);
+        r.subscribe(&a, &sub("#"), opts(QoS::AtMostOnce, None));
+        r.subscribe(&a, &sub("+/broker/x"), opts(QoS::AtMostOnce, None));
+        r.subscribe(&b, &sub("$SYS/#"), opts(QoS::AtMostOnce, None));
+        assert_eq!(r.route(&msg("$SYS/broker/x", QoS::AtMostOnce, None)).delivered, 1);
+        assert!(taken(&a).is_empty());
+        assert_eq!(taken(&b).len(), 1);
+    }
+
+    #[test]
+    fn no_local_and_retain_as_published() {
+        let r = Router::new();
+        let a = session(1);
+        r.subscribe(
+            &a,
+            &sub("t"),
+            SubscribeOptions {
+                no_local: true,
+                retain_as_published: true,
+                ..SubscribeOptions::with_qos(QoS::AtLeastOnce)
+            },
+        );
+        assert_eq!(r.route(&msg("t", QoS::AtMostOnce, Some(1))).filtered, 1);
+        r.route(&msg("t", QoS::AtMostOnce, Some(2)));
+        assert!(taken(&a)[0].2, "retain kept as published");
+    }
+
+    #[test]
+    fn shared_groups_round_robin_over_online_members() {
+        let r = Router::new();
+        let (a, b, c) = (session(1), session(2), session(3));
+        for s in [&a, &b, &c] {
+            r.subscribe(s, &sub("$share/g/t/#"), opts(QoS::AtLeastOnce, None));
+        }
+        c.detach(1, Instant::now());
+        for _ in 0..10 {
+            assert_eq!(r.route(&msg("t/1", QoS::AtLeastOnce, None)).delivered, 1);
+        }
+        assert_eq!((a.queue_len(), b.queue_len(), c.queue_len()), (5, 5, 0));
+        assert_eq!(r.len(), 3);
+        assert!(r.unsubscribe(SessionId(1), &sub("$share/g/t/#")));
+        assert!(!r.unsubscribe(SessionId(1), &sub("$share/g/t/#")));
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_leaving_members_unacked_messages_go_to_another_member() {
+        let r = Router::new();
+        let (a, b) = (session(1), session(2));
+        r.subscribe(&a, &sub("$share/g/t"), opts(QoS::AtLeastOnce, None));
+        r.subscribe(&b, &sub("$share/g/t"), opts(QoS::AtLeastOnce, None));
+        for _ in 0..4 {
+            r.route(&msg("t", QoS::AtLeastOnce, None));
+        }
+        taken(&a); // two in flight, unacknowledged
+        a.detach(1, Instant::now());
+        for d in a.take_shared_unacked() {
+            assert!(r.redispatch(d, a.id()).is_ok());
+        }
+        assert_eq!(b.queue_len(), 4);
+        assert_eq!(a.inflight_len(), 0);
+    }
+
+    #[test]
+    fn unsubscribe_prunes_and_resubscribe_replaces() {
+        let r = Router::new();
+        let a = session(1);
+        assert!(!r.subscribe(&a, &sub("a/b"), opts(QoS::AtMostOnce, None)));
+        assert!(r.subscribe(&a, &sub("a/b"), opts(QoS::AtLeastOnce, None)));
+        assert_eq!(r.len(), 1);
+        assert!(r.unsubscribe(a.id(), &sub("a/b")));
+        assert_eq!(r.route(&msg("a/b", QoS::AtMostOnce, None)).delivered, 0);
+        assert!(r.is_empty());
+    }
+}

@@ -1,0 +1,861 @@
+//! Sessions: what the broker keeps for a client between (and during) its connections.
+//!
+//! A session is independent of any wire protocol: it holds the client's subscriptions, the queue
+//! of messages waiting to be sent, the outgoing in-flight window (QoS 1 and 2 messages sent but
+//! not yet acknowledged, with their packet ids), the incoming QoS 2 ids awaiting release, and the
+//! receiver-side ACL. Front ends drive it through methods; the router pushes messages into it.
+//!
+//! All of it sits behind one `std::sync::Mutex`, held for a few hundred nanoseconds and never
+//! across an `.await`: the publishing task pushes, the owning connection task drains, and the
+//! session outlives both. The connection registers its task waker here, so a push wakes exactly
+//! the task that will write the message, without a channel in between.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+use tokio::sync::Notify;
+
+use crate::acl::{Access, Acl};
+use crate::message::{Message, SessionId};
+use crate::mqtt::{QoS, ReasonCode, RetainHandling};
+use crate::topic::SubscriptionFilter;
+
+/// The subscription identifiers that travel with one delivery; almost always zero or one.
+pub type SubscriptionIds = SmallVec<[u32; 1]>;
+
+/// The options of one subscription, as the session and router keep them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubscribeOptions {
+    /// The maximum QoS the subscriber accepts.
+    pub qos: QoS,
+    /// MQTT 5: do not deliver the subscriber's own publishes back to it.
+    pub no_local: bool,
+    /// MQTT 5: keep the publisher's retain flag instead of clearing it.
+    pub retain_as_published: bool,
+    /// MQTT 5: when to send retained messages at subscribe time.
+    pub retain_handling: RetainHandling,
+    /// MQTT 5: the identifier to send with every matching message.
+    pub subscription_id: Option<u32>,
+}
+
+impl SubscribeOptions {
+    /// Plain options: the QoS, everything else at its MQTT 3.1.1 meaning.
+    pub fn with_qos(qos: QoS) -> Self {
+        SubscribeOptions {
+            qos,
+            no_local: false,
+            retain_as_published: false,
+            retain_handling: RetainHandling::SendAtSubscribe,
+            subscription_id: None,
+        }
+    }
+}
+
+/// A shared-subscription group a delivery was chosen through, so that it can be handed to
+/// another member if this one leaves before acknowledging it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedRoute {
+    /// The group name.
+    pub group: Arc<str>,
+    /// The full subscription text (`$share/{group}/{filter}`).
+    pub subscription: Arc<str>,
+}
+
+/// One message on its way to one subscriber.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// The message, shared with every other subscriber.
+    pub message: Arc<Message>,
+    /// The QoS for this subscriber: `min(published, granted)`.
+    pub qos: QoS,
+    /// The retain flag to send.
+    pub retain: bool,
+    /// Subscription identifiers of every matching subscription (MQTT 5).
+    pub subscription_ids: SubscriptionIds,
+    /// Set when the message came through a shared subscription.
+    pub shared: Option<SharedRoute>,
+}
+
+impl Delivery {
+    fn weight(&self) -> usize {
+        self.message.weight()
+    }
+}
+
+/// Where an outgoing QoS 1/2 message stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutboundState {
+    /// QoS 1 PUBLISH sent, waiting for PUBACK.
+    AwaitPubAck,
+    /// QoS 2 PUBLISH sent, waiting for PUBREC.
+    AwaitPubRec,
+    /// PUBREL sent, waiting for PUBCOMP. The message itself is delivered.
+    AwaitPubComp,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    delivery: Delivery,
+    state: OutboundState,
+    /// Send order, so a resend after reconnect keeps the original order.
+    seq: u64,
+}
+
+/// What the connection must write next.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// A PUBLISH; `packet_id` is `Some` for QoS 1 and 2.
+    Publish {
+        /// The delivery.
+        delivery: Delivery,
+        /// The packet id, for QoS 1 and 2.
+        packet_id: Option<u16>,
+        /// Set on a resend.
+        dup: bool,
+    },
+    /// A PUBREL (resent after a reconnect).
+    PubRel {
+        /// The packet id.
+        packet_id: u16,
+    },
+}
+
+/// How long a session lives after its connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionExpiry {
+    /// Ends with the connection (clean session / expiry interval 0).
+    OnDisconnect,
+    /// Kept for this long after the connection ends.
+    After(Duration),
+    /// Kept until the client cleans it (MQTT 3.x persistent session, v5 0xFFFFFFFF).
+    Never,
+}
+
+/// Queue limits for one session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Messages waiting to be sent, at most.
+    pub max_messages: usize,
+    /// Bytes (topic + payload) waiting to be sent, at most.
+    pub max_bytes: usize,
+    /// Whether QoS 0 messages are queued while the client is offline.
+    pub queue_qos0_offline: bool,
+}
+
+/// Why a connection is being closed from outside its own task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kick {
+    /// Another connection took the session over (MQTT 5 reason 0x8E).
+    TakenOver,
+    /// The broker is shutting down (0x8B).
+    ShuttingDown,
+    /// The identity was revoked or its rules forbid it (0x87 / 0x98).
+    Administrative(ReasonCode),
+}
+
+/// What happened to a message pushed into a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    /// Queued for sending.
+    Queued,
+    /// Queued, and an older QoS 0 message was dropped to make room.
+    QueuedDroppingOldest,
+    /// Not queued: the receiver may not read the topic, or it is its own message under no-local.
+    Filtered,
+    /// Not queued: the queue is full of QoS 1/2 messages, or it is QoS 0 for an offline client.
+    Dropped,
+}
+
+/// A session's record of one subscription (kept for unsubscribe, resubscribe and persistence).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriptionRecord {
+    /// The parsed filter, shared or plain.
+    pub filter: SubscriptionFilter,
+    /// Its options.
+    pub options: SubscribeOptions,
+}
+
+#[derive(Debug)]
+struct State {
+    queue: VecDeque<Delivery>,
+    queued_bytes: usize,
+    inflight: HashMap<u16, Inflight>,
+    send_seq: u64,
+    next_packet_id: u16,
+    incoming_qos2: HashSet<u16>,
+    subscriptions: HashMap<Arc<str>, SubscriptionRecord>,
+    acl: Acl,
+    limits: QueueLimits,
+    expiry: SessionExpiry,
+    /// The generation of the attached connection, if one is attached.
+    connection: Option<u64>,
+    disconnected_at: Option<Instant>,
+    waker: Option<Waker>,
+    kick: Option<Kick>,
+    dropped: u64,
+    ended: bool,
+}
+
+/// A client's session.
+#[derive(Debug)]
+pub struct Session {
+    id: SessionId,
+    client_id: Arc<str>,
+    online: AtomicBool,
+    state: Mutex<State>,
+    detached: Notify,
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it: session state stays
+/// consistent between statements, so a panic elsewhere must not take every client down with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Session {
+    /// A new, empty, offline session.
+    pub fn new(id: SessionId, client_id: Arc<str>, expiry: SessionExpiry, limits: QueueLimits) -> Self {
+        Session {
+            id,
+            client_id,
+            online: AtomicBool::new(false),
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                inflight: HashMap::new(),
+                send_seq: 0,
+                next_packet_id: 1,
+                incoming_qos2: HashSet::new(),
+                subscriptions: HashMap::new(),
+                acl: Acl::unrestricted(),
+                limits,
+                expiry,
+                connection: None,
+                disconnected_at: None,
+                waker: None,
+                kick: None,
+                dropped: 0,
+                ended: false,
+            }),
+            detached: Notify::new(),
+        }
+    }
+
+    /// The process-unique id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The client id.
+    pub fn client_id(&self) -> &Arc<str> {
+        &self.client_id
+    }
+
+    /// Whether a connection is attached.
+    pub fn is_online(&self) -> bool {
+        self.online.load(Ordering::Acquire)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    // ----------------------------------------------------------------- connection lifecycle
+
+    /// Attaches connection `generation`, with the receiver ACL of its identity and its session
+    /// expiry. Clears any pending kick.
+    pub fn attach(&self, generation: u64, acl: Acl, expiry: SessionExpiry) {
+        let mut s = self.state();
+        s.connection = Some(generation);
+        s.acl = acl;
+        s.expiry = expiry;
+        s.kick = None;
+        s.waker = None;
+        s.disconnected_at = None;
+        self.online.store(true, Ordering::Release);
+    }
+
+    /// Detaches connection `generation`; returns false (and changes nothing) if another
+    /// connection has attached since. Wakes whoever waits in [`Session::wait_detached`].
+    pub fn detach(&self, generation: u64, now: Instant) -> bool {
+        let mut s = self.state();
+        if s.connection != Some(generation) {
+            return false;
+        }
+        s.connection = None;
+        s.waker = None;
+        s.disconnected_at = Some(now);
+        self.online.store(false, Ordering::Release);
+        drop(s);
+        self.detached.notify_waiters();
+        true
+    }
+
+    /// Waits until no connection is attached (after a [`Session::kick`]).
+    pub async fn wait_detached(&self) {
+        loop {
+            let notified = self.detached.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.is_online() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Asks the attached connection to close, and wakes it.
+    pub fn kick(&self, why: Kick) {
+        let mut s = self.state();
+        if s.connection.is_some() {
+            s.kick = Some(why);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// The pending kick for connection `generation`, if any.
+    pub fn take_kick(&self, generation: u64) -> Option<Kick> {
+        let mut s = self.state();
+        if s.connection == Some(generation) { s.kick.take() } else { Some(Kick::TakenOver) }
+    }
+
+    /// Replaces the receiver ACL (after a live identity change).
+    pub fn set_acl(&self, acl: Acl) {
+        self.state().acl = acl;
+    }
+
+    /// The session expiry.
+    pub fn expiry(&self) -> SessionExpiry {
+        self.state().expiry
+    }
+
+    /// Changes the session expiry (MQTT 5 DISCONNECT may do so).
+    pub fn set_expiry(&self, expiry: SessionExpiry) {
+        self.state().expiry = expiry;
+    }
+
+    /// When the session expires, if it is offline and expires at all.
+    pub fn expires_at(&self) -> Option<Instant> {
+        let s = self.state();
+        match (s.connection, s.disconnected_at, s.expiry) {
+            (None, Some(at), SessionExpiry::After(d)) => Some(at + d),
+            (None, Some(at), SessionExpiry::OnDisconnect) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// Marks the session as ended: it accepts no more messages.
+    pub fn end(&self) -> Vec<Delivery> {
+        let mut s = self.state();
+        s.ended = true;
+        s.queued_bytes = 0;
+        let mut left: Vec<Delivery> = s.queue.drain(..).collect();
+        left.extend(s.inflight.drain().map(|(_, f)| f.delivery));
+        left
+    }
+
+    /// Whether [`Session::end`] was called.
+    pub fn is_ended(&self) -> bool {
+        self.state().ended
+    }
+
+    // ----------------------------------------------------------------- subscriptions
+
+    /// Records a subscription; returns the previous record for the same text, if any.
+    pub fn add_subscription(&self, text: Arc<str>, record: SubscriptionRecord) -> Option<SubscriptionRecord> {
+        self.state().subscriptions.insert(text, record)
+    }
+
+    /// Forgets a subscription.
+    pub fn remove_subscription(&self, text: &str) -> Option<SubscriptionRecord> {
+        self.state().subscriptions.remove(text)
+    }
+
+    /// Every subscription, for unsubscribing on session end and for persistence.
+    pub fn subscriptions(&self) -> Vec<(Arc<str>, SubscriptionRecord)> {
+        self.state().subscriptions.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// How many subscriptions the session has.
+    pub fn subscription_count(&self) -> usize {
+        self.state().subscriptions.len()
+    }
+
+    // ----------------------------------------------------------------- the outbound path
+
+    /// Pushes a delivery, applying the receiver's ACL, no-local and the queue limits, and wakes
+    /// the connection. Called by the router on the publisher's task.
+    pub fn enqueue(&self, delivery: Delivery, no_local: bool) -> Enqueued {
+        if no_local && delivery.message.origin.session == Some(self.id) {
+            return Enqueued::Filtered;
+        }
+        let mut s = self.state();
+        if s.ended || !s.acl.allows(Access::Read, &delivery.message.topic) {
+            return Enqueued::Filtered;
+        }
+        if delivery.qos == QoS::AtMostOnce && s.connection.is_none() && !s.limits.queue_qos0_offline {
+            s.dropped += 1;
+            return Enqueued::Dropped;
+        }
+        let weight = delivery.weight();
+        let mut outcome = Enqueued::Queued;
+        while s.queue.len() >= s.limits.max_messages
+            || (!s.queue.is_empty() && s.queued_bytes + weight > s.limits.max_bytes)
+        {
+            match s.queue.iter().position(|d| d.qos == QoS::AtMostOnce) {
+                Some(oldest_qos0) => {
+                    let gone = s.queue.remove(oldest_qos0).map_or(0, |d| d.weight());
+                    s.queued_bytes -= gone;
+                    s.dropped += 1;
+                    outcome = Enqueued::QueuedDroppingOldest;
+                }
+                None => {
+                    s.dropped += 1;
+                    return Enqueued::Dropped;
+                }
+            }
+        }
+        s.queued_bytes += weight;
+        s.queue.push_back(delivery);
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+        outcome
+    }
+
+    /// Moves queued messages into `out` for connection `generation`, allocating packet ids for
+    /// QoS 1/2 while fewer than `window` are in flight, skipping expired messages and messages
+    /// the current ACL no longer allows. Registers `waker` to be woken by the next push. Stops
+    /// at `max_batch` messages so one busy session cannot starve its own socket writes.
+    pub fn drain(
+        &self,
+        generation: u64,
+        window: usize,
+        max_batch: usize,
+        now: Instant,
+        waker: &Waker,
+        out: &mut Vec<Outgoing>,
+    ) -> DrainStats {
+        let mut s = self.state();
+        let mut stats = DrainStats::default();
+        if s.connection != Some(generation) {
+            return stats;
+        }
+        match &s.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => s.waker = Some(waker.clone()),
+        }
+        while stats.taken < max_batch {
+            let Some(front) = s.queue.front() else { break };
+            if front.qos != QoS::AtMostOnce && s.inflight.len() >= window {
+                break;
+            }
+            let Some(delivery) = s.queue.pop_front() else { break };
+            s.queued_bytes -= delivery.weight();
+            if delivery.message.is_expired(now) {
+                stats.expired += 1;
+                continue;
+            }
+            if !s.acl.allows(Access::Read, &delivery.message.topic) {
+                stats.filtered += 1;
+                continue;
+            }
+            stats.taken += 1;
+            if delivery.qos == QoS::AtMostOnce {
+                out.push(Outgoing::Publish { delivery, packet_id: None, dup: false });
+                continue;
+            }
+            let packet_id = s.allocate_packet_id();
+            let state = if delivery.qos == QoS::AtLeastOnce {
+                OutboundState::AwaitPubAck
+            } else {
+                OutboundState::AwaitPubRec
+            };
+            s.send_seq += 1;
+            let seq = s.send_seq;
+            s.inflight.insert(packet_id, Inflight { delivery: delivery.clone(), state, seq });
+            out.push(Outgoing::Publish { delivery, packet_id: Some(packet_id), dup: false });
+        }
+        stats.more = !s.queue.is_empty()
+            && (s.queue.front().is_some_and(|d| d.qos == QoS::AtMostOnce) || s.inflight.len() < window);
+        stats
+    }
+
+    /// Everything in flight, in the order it was first sent, to resend after a reconnect:
+    /// PUBLISH with DUP for unacknowledged messages, PUBREL where PUBREC already came.
+    pub fn resend_inflight(&self) -> Vec<Outgoing> {
+        let s = self.state();
+        let mut all: Vec<(&u16, &Inflight)> = s.inflight.iter().collect();
+        all.sort_by_key(|(_, f)| f.seq);
+        all.into_iter()
+            .map(|(&packet_id, f)| match f.state {
+                OutboundState::AwaitPubComp => Outgoing::PubRel { packet_id },
+                _ => {
+                    Outgoing::Publish { delivery: f.delivery.clone(), packet_id: Some(packet_id), dup: true }
+                }
+            })
+            .collect()
+    }
+
+    /// Handles a PUBACK. Returns false if no QoS 1 message was in flight with that id.
+    pub fn puback(&self, packet_id: u16) -> bool {
+        let mut s = self.state();
+        match s.inflight.get(&packet_id) {
+            Some(f) if f.state == OutboundState::AwaitPubAck => {
+                s.inflight.remove(&packet_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Handles a PUBREC. Returns whether the id was awaiting one; on success with a non-error
+    /// reason code the message moves to [`OutboundState::AwaitPubComp`] and the caller sends
+    /// PUBREL; with an error code the exchange ends here.
+    pub fn pubrec(&self, packet_id: u16, reason: ReasonCode) -> PubRecOutcome {
+        let mut s = self.state();
+        match s.inflight.get_mut(&packet_id) {
+            Some(f) if f.state == OutboundState::AwaitPubRec => {
+                if reason.is_error() {
+                    s.inflight.remove(&packet_id);
+                    PubRecOutcome::Ended
+                } else {
+                    f.state = OutboundState::AwaitPubComp;
+                    PubRecOutcome::SendPubRel
+                }
+            }
+            // A repeated PUBREC: answer with PUBREL again.
+            Some(f) if f.state == OutboundState::AwaitPubComp => PubRecOutcome::SendPubRel,
+            _ => PubRecOutcome::Unknown,
+        }
+    }
+
+    /// Handles a PUBCOMP. Returns false if the id was not awaiting one.
+    pub fn pubcomp(&self, packet_id: u16) -> bool {
+        let mut s = self.state();
+        match s.inflight.get(&packet_id) {
+            Some(f) if f.state == OutboundState::AwaitPubComp => {
+                s.inflight.remove(&packet_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets an in-flight message without an acknowledgement (it could not be sent: larger
+    /// than the client's maximum packet size). Returns whether the id was in flight.
+    pub fn discard_inflight(&self, packet_id: u16) -> bool {
+        self.state().inflight.remove(&packet_id).is_some()
+    }
+
+    /// How many QoS 1/2 messages are in flight to the client.
+    pub fn inflight_len(&self) -> usize {
+        self.state().inflight.len()
+    }
+
+    /// How many messages wait in the queue.
+    pub fn queue_len(&self) -> usize {
+        self.state().queue.len()
+    }
+
+    /// How many messages the queue limits dropped over the session's life.
+    pub fn dropped(&self) -> u64 {
+        self.state().dropped
+    }
+
+    /// Takes out every delivery that came through a shared subscription and is not yet
+    /// acknowledged (queued, or PUBLISH sent without PUBACK/PUBREC), so the router can give it
+    /// to another member of the group.
+    pub fn take_shared_unacked(&self) -> Vec<Delivery> {
+        let mut s = self.state();
+        let mut taken = Vec::new();
+        let mut keep = VecDeque::with_capacity(s.queue.len());
+        for d in s.queue.drain(..) {
+            if d.shared.is_some() { taken.push(d) } else { keep.push_back(d) }
+        }
+        s.queue = keep;
+        s.queued_bytes = s.queue.iter().map(Delivery::weight).sum();
+        let ids: Vec<u16> = s
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.delivery.shared.is_some() && f.state != OutboundState::AwaitPubComp)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut unacked: Vec<Inflight> = ids.into_iter().filter_map(|id| s.inflight.remove(&id)).collect();
+        unacked.sort_by_key(|f| f.seq);
+        let mut all: Vec<Delivery> = unacked.into_iter().map(|f| f.delivery).collect();
+        all.append(&mut taken);
+        all
+    }
+
+    // ----------------------------------------------------------------- the inbound QoS 2 path
+
+    /// Records an incoming QoS 2 PUBLISH id. Returns true the first time (route the message),
+    /// false for a duplicate that must only be acknowledged again.
+    pub fn incoming_qos2(&self, packet_id: u16) -> bool {
+        self.state().incoming_qos2.insert(packet_id)
+    }
+
+    /// How many incoming QoS 2 messages await PUBREL (counted against the receive maximum).
+    pub fn incoming_qos2_len(&self) -> usize {
+        self.state().incoming_qos2.len()
+    }
+
+    /// Handles a PUBREL; returns whether the id was known.
+    pub fn pubrel(&self, packet_id: u16) -> bool {
+        self.state().incoming_qos2.remove(&packet_id)
+    }
+}
+
+/// What [`Session::pubrec`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PubRecOutcome {
+    /// Send PUBREL.
+    SendPubRel,
+    /// The receiver refused the message; nothing more to send.
+    Ended,
+    /// The id was not awaiting PUBREC.
+    Unknown,
+}
+
+/// What one [`Session::drain`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrainStats {
+    /// Messages moved to the output.
+    pub taken: usize,
+    /// Messages dropped because they expired while queued.
+    pub expired: usize,
+    /// Messages dropped because the receiver's ACL no longer allows them.
+    pub filtered: usize,
+    /// Whether more could be taken right away (the batch limit stopped it).
+    pub more: bool,
+}
+
+impl State {
+    /// The next packet id not in flight. With at most 65,535 ids and a window far below that,
+    /// the scan ends after a step or two.
+    fn allocate_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
+            if !self.inflight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Wake;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::acl::{Permission, Rule};
+    use crate::message::Origin;
+    use crate::topic::TopicName;
+
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn limits(max_messages: usize) -> QueueLimits {
+        QueueLimits { max_messages, max_bytes: 1 << 20, queue_qos0_offline: true }
+    }
+
+    fn delivery(topic: &str, qos: QoS) -> Delivery {
+        let m = Message::new(
+            TopicName::try_from(topic).unwrap(),
+            Bytes::from_static(b"x"),
+            qos,
+            false,
+            Origin::BROKER,
+        );
+        Delivery { message: Arc::new(m), qos, retain: false, subscription_ids: SmallVec::new(), shared: None }
+    }
+
+    fn online(max: usize) -> Session {
+        let s = Session::new(SessionId(1), "c".into(), SessionExpiry::Never, limits(max));
+        s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
+        s
+    }
+
+    fn drain_all(s: &Session, window: usize) -> Vec<Outgoing> {
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag);
+        let mut out = Vec::new();
+        s.drain(1, window, usize::MAX, Instant::now(), &waker, &mut out);
+        out
+    }
+
+    fn ids(out: &[Outgoing]) -> Vec<Option<u16>> {
+        out.iter()
+            .map(|o| match o {
+                Outgoing::Publish { packet_id, .. } => *packet_id,
+                Outgoing::PubRel { packet_id } => Some(*packet_id),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn overflow_drops_the_oldest_qos0_first_then_refuses() {
+        let s = online(3);
+        assert_eq!(s.enqueue(delivery("a", QoS::AtLeastOnce), false), Enqueued::Queued);
+        assert_eq!(s.enqueue(delivery("b", QoS::AtMostOnce), false), Enqueued::Queued);
+        assert_eq!(s.enqueue(delivery("c", QoS::AtMostOnce), false), Enqueued::Queued);
+        assert_eq!(s.enqueue(delivery("d", QoS::AtLeastOnce), false), Enqueued::QueuedDroppingOldest);
+        assert_eq!(s.enqueue(delivery("e", QoS::AtLeastOnce), false), Enqueued::QueuedDroppingOldest);
+        assert_eq!(s.enqueue(delivery("f", QoS::AtMostOnce), false), Enqueued::Dropped);
+        assert_eq!(s.dropped(), 3);
+        let topics: Vec<String> = drain_all(&s, 10)
+            .iter()
+            .map(|o| match o {
+                Outgoing::Publish { delivery, .. } => delivery.message.topic.as_str().to_owned(),
+                Outgoing::PubRel { .. } => String::new(),
+            })
+            .collect();
+        assert_eq!(topics, ["a", "d", "e"]);
+    }
+
+    #[test]
+    fn window_limits_inflight_and_acks_release_it() {
+        let s = online(100);
+        for t in ["a", "b", "c"] {
+            s.enqueue(delivery(t, QoS::AtLeastOnce), false);
+        }
+        let first = drain_all(&s, 2);
+        assert_eq!(ids(&first), [Some(1), Some(2)]);
+        assert!(drain_all(&s, 2).is_empty(), "window full");
+        assert!(s.puback(1));
+        assert!(!s.puback(1), "a second PUBACK for the same id is unknown");
+        assert_eq!(ids(&drain_all(&s, 2)), [Some(3)]);
+    }
+
+    #[test]
+    fn packet_ids_are_never_reused_while_in_flight() {
+        let s = online(100_000);
+        // Fill 65,534 ids, ack all but id 5, then wrap around: id 5 must be skipped.
+        for _ in 0..65_535 {
+            s.enqueue(delivery("a", QoS::AtLeastOnce), false);
+        }
+        let out = drain_all(&s, 70_000);
+        assert_eq!(out.len(), 65_535);
+        for id in 1..=u16::MAX {
+            if id != 5 {
+                assert!(s.puback(id));
+            }
+        }
+        for _ in 0..6 {
+            s.enqueue(delivery("b", QoS::AtLeastOnce), false);
+        }
+        assert_eq!(ids(&drain_all(&s, 70_000)), [Some(1), Some(2), Some(3), Some(4), Some(6), Some(7)]);
+    }
+
+    #[test]
+    fn qos2_outbound_flow_and_resend_order() {
+        let s = online(100);
+        s.enqueue(delivery("a", QoS::ExactlyOnce), false);
+        s.enqueue(delivery("b", QoS::AtLeastOnce), false);
+        s.enqueue(delivery("c", QoS::ExactlyOnce), false);
+        drain_all(&s, 10);
+        assert_eq!(s.pubrec(1, ReasonCode::Success), PubRecOutcome::SendPubRel);
+        assert_eq!(s.pubrec(1, ReasonCode::Success), PubRecOutcome::SendPubRel, "repeated PUBREC");
+        assert_eq!(s.pubrec(2, ReasonCode::Success), PubRecOutcome::Unknown, "QoS 1 id");
+        // Reconnect: PUBREL for 1, then PUBLISH with DUP for 2 and 3, in send order.
+        s.detach(1, Instant::now());
+        s.attach(2, Acl::unrestricted(), SessionExpiry::Never);
+        let resend = s.resend_inflight();
+        assert!(matches!(resend[0], Outgoing::PubRel { packet_id: 1 }));
+        assert!(matches!(resend[1], Outgoing::Publish { packet_id: Some(2), dup: true, .. }));
+        assert!(matches!(resend[2], Outgoing::Publish { packet_id: Some(3), dup: true, .. }));
+        assert!(s.pubcomp(1));
+        assert!(!s.pubcomp(1));
+        assert_eq!(s.pubrec(3, ReasonCode::UnspecifiedError), PubRecOutcome::Ended);
+        assert_eq!(s.inflight_len(), 1);
+    }
+
+    #[test]
+    fn incoming_qos2_is_routed_once_until_released() {
+        let s = online(10);
+        assert!(s.incoming_qos2(7));
+        assert!(!s.incoming_qos2(7), "duplicate before PUBREL");
+        assert!(s.pubrel(7));
+        assert!(!s.pubrel(7));
+        assert!(s.incoming_qos2(7), "the id may be reused after PUBCOMP");
+    }
+
+    #[test]
+    fn acl_filters_at_enqueue_and_again_at_drain() {
+        let s = online(10);
+        let rules = [Rule { pattern: "a/#".into(), permission: Permission::Read }];
+        s.set_acl(Acl::compile(Some(&rules), None, "c"));
+        assert_eq!(s.enqueue(delivery("b", QoS::AtMostOnce), false), Enqueued::Filtered);
+        assert_eq!(s.enqueue(delivery("a/1", QoS::AtMostOnce), false), Enqueued::Queued);
+        s.set_acl(Acl::compile(Some(&[]), None, "c"));
+        assert!(drain_all(&s, 10).is_empty(), "rules changed while queued");
+    }
+
+    #[test]
+    fn offline_qos0_is_not_queued_unless_configured() {
+        let s = Session::new(
+            SessionId(1),
+            "c".into(),
+            SessionExpiry::Never,
+            QueueLimits { max_messages: 10, max_bytes: 1000, queue_qos0_offline: false },
+        );
+        assert_eq!(s.enqueue(delivery("a", QoS::AtMostOnce), false), Enqueued::Dropped);
+        assert_eq!(s.enqueue(delivery("a", QoS::AtLeastOnce), false), Enqueued::Queued);
+    }
+
+    #[test]
+    fn push_wakes_the_registered_connection() {
+        let s = online(10);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut out = Vec::new();
+        s.drain(1, 10, 10, Instant::now(), &waker, &mut out);
+        assert!(!flag.0.load(Ordering::SeqCst));
+        s.enqueue(delivery("a", QoS::AtMostOnce), false);
+        assert!(flag.0.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_stale_connection_cannot_detach_or_drain_a_taken_over_session() {
+        let s = online(10);
+        s.kick(Kick::TakenOver);
+        assert_eq!(s.take_kick(1), Some(Kick::TakenOver));
+        s.attach(2, Acl::unrestricted(), SessionExpiry::Never);
+        assert!(!s.detach(1, Instant::now()));
+        assert!(s.is_online());
+        s.enqueue(delivery("a", QoS::AtMostOnce), false);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let mut out = Vec::new();
+        s.drain(1, 10, 10, Instant::now(), &Waker::from(flag), &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn shared_unacked_deliveries_are_handed_back() {
+        let s = online(10);
+        let mut d = delivery("a", QoS::AtLeastOnce);
+        d.shared = Some(SharedRoute { group: "g".into(), subscription: "$share/g/a".into() });
+        s.enqueue(d.clone(), false);
+        s.enqueue(delivery("b", QoS::AtLeastOnce), false);
+        drain_all(&s, 10);
+        s.enqueue(d, false);
+        let back = s.take_shared_unacked();
+        assert_eq!(back.len(), 2);
+        assert_eq!(s.inflight_len(), 1);
+        assert_eq!(s.queue_len(), 0);
+    }
+}
