@@ -1,0 +1,23 @@
+//! The builtin user store and the `builtin` provider: users and their ACL rules in SQLite at
+//! `<storage.dir>/config.db`, managed from the command line (and later the admin console)
+//! while the broker runs.
+//!
+//! - [`store`]: the database and its management API ([`Store`]).
+//! - [`password`]: PBKDF2-HMAC-SHA256 hashes (and bcrypt verification).
+//! - [`live`]: the [`UserDirectory`], the broker's in-memory view of the store that follows
+//!   changes and pushes them to connected clients.
+//! - [`provider`]: the `builtin` provider ([`BuiltinProvider`], [`BuiltinFactory`]).
+//! - `cache`: remembered password checks.
+//! - [`cli`]: `mesgd user ...` and `mesgd acl ...`.
+
+mod cache;
+pub mod cli;
+pub mod live;
+pub mod password;
+pub mod provider;
+pub mod store;
+
+pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};
+pub use live::UserDirectory;
+pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
+pub use store::{AuthType, CONFIG_DB_FILE, Store, StoreError, UserRecord, config_db_path};

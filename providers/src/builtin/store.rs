@@ -1,0 +1,844 @@
+//! The builtin user store: users and their ACL rules in SQLite at `<storage.dir>/config.db`.
+//!
+//! [`Store`] is the management API (the `mesgd user` / `mesgd acl` commands use it now, the
+//! admin console will later). Every change is one short `BEGIN IMMEDIATE` transaction, so the
+//! broker's [`UserDirectory`](super::UserDirectory) and any number of command-line processes can
+//! use the file at the same time; a change becomes visible to the running broker through
+//! `PRAGMA data_version` (see [`super::live`]).
+//!
+//! The database runs in WAL mode with `synchronous = FULL` (changes are rare and must survive
+//! a crash) and a busy timeout. Its schema is versioned with `PRAGMA user_version`: an older
+//! file is migrated when it is opened, a newer one is refused. A new file is created readable by
+//! its owner only, since it holds password hashes.
+//!
+//! Schema (version 1):
+//!
+//! ```sql
+//! users(id, username UNIQUE, password_hash NULL, auth_type 'basic'|'x509', disabled, unrestricted)
+//! rules(user_id -> users.id ON DELETE CASCADE, position, pattern, permission)
+//! settings(key PRIMARY KEY, value)   -- e.g. pbkdf2_iterations for new hashes
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use mesgd_core::acl::{AclError, Permission, Rule};
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior, params};
+
+use super::password::{self, DEFAULT_PBKDF2_ITERATIONS, HashScheme, PasswordError};
+
+/// The file name of the builtin store inside `storage.dir`.
+pub const CONFIG_DB_FILE: &str = "config.db";
+
+/// The schema version this build writes and understands.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a writer waits for another process's transaction before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest username accepted, in bytes.
+const MAX_USERNAME_LEN: usize = 1024;
+
+const SCHEMA_V1: &str = "
+    CREATE TABLE IF NOT EXISTS users (
+        id INTEGER PRIMARY KEY,
+        username TEXT NOT NULL UNIQUE,
+        password_hash TEXT,
+        auth_type TEXT NOT NULL CHECK (auth_type IN ('basic', 'x509')),
+        disabled INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1)),
+        unrestricted INTEGER NOT NULL DEFAULT 0 CHECK (unrestricted IN (0, 1))
+    );
+    CREATE TABLE IF NOT EXISTS rules (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        pattern TEXT NOT NULL,
+        permission TEXT NOT NULL CHECK (permission IN ('read', 'write', 'readwrite', 'deny')),
+        PRIMARY KEY (user_id, position)
+    );
+    CREATE TABLE IF NOT EXISTS settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+";
+
+/// `<storage_dir>/config.db`: where the builtin store lives.
+pub fn config_db_path(storage_dir: &Path) -> PathBuf {
+    storage_dir.join(CONFIG_DB_FILE)
+}
+
+/// How a record authenticates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AuthType {
+    /// Username and password.
+    Basic,
+    /// A client certificate whose Common Name is the username; no password.
+    X509,
+}
+
+impl AuthType {
+    /// The stored and displayed name: `basic` or `x509`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthType::Basic => "basic",
+            AuthType::X509 => "x509",
+        }
+    }
+}
+
+impl fmt::Display for AuthType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AuthType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "basic" => Ok(AuthType::Basic),
+            "x509" => Ok(AuthType::X509),
+            other => Err(format!("unknown auth type {other:?} (expected basic or x509)")),
+        }
+    }
+}
+
+/// One user as stored.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UserRecord {
+    /// The username (for x509 records, the certificate Common Name).
+    pub username: String,
+    /// How the record authenticates.
+    pub auth_type: AuthType,
+    /// The password hash; `None` for x509 records (and basic ones whose password was never set).
+    pub password_hash: Option<String>,
+    /// A disabled record is refused (and its connections are closed).
+    pub disabled: bool,
+    /// An unrestricted record has no ACL at all; its rules are kept but not used.
+    pub unrestricted: bool,
+    /// The ordered ACL rules.
+    pub rules: Vec<Rule>,
+}
+
+impl UserRecord {
+    /// The identity ACL: `None` (unrestricted) or the rules (`Some([])` denies everything).
+    pub fn acl(&self) -> Option<Vec<Rule>> {
+        if self.unrestricted { None } else { Some(self.rules.clone()) }
+    }
+
+    /// The kind of the stored password hash, if there is a usable one.
+    pub fn password_scheme(&self) -> Option<HashScheme> {
+        self.password_hash.as_deref().and_then(|hash| password::hash_scheme(hash).ok())
+    }
+}
+
+impl fmt::Debug for UserRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserRecord")
+            .field("username", &self.username)
+            .field("auth_type", &self.auth_type)
+            .field("password_hash", &self.password_hash.as_ref().map(|_| "<redacted>"))
+            .field("disabled", &self.disabled)
+            .field("unrestricted", &self.unrestricted)
+            .field("rules", &self.rules)
+            .finish()
+    }
+}
+
+/// A failure of the user store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database file could not be created or opened.
+    #[error("cannot open user database {}: {source}", path.display())]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is from a newer mesgd.
+    #[error(
+        "user database {} has schema version {found}, newer than this mesgd understands \
+         ({supported}); run a newer mesgd or restore a backup made by this version",
+        path.display()
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: i64,
+        /// [`SCHEMA_VERSION`].
+        supported: i64,
+    },
+    /// SQLite failed.
+    #[error("user database {}: {source}", path.display())]
+    Database {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// A stored value this build cannot read (the file was edited by hand?).
+    #[error("user database {}: {message}", path.display())]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// `add` of a name that exists.
+    #[error("user {0:?} already exists")]
+    UserExists(String),
+    /// No user by that name.
+    #[error("no user {0:?}")]
+    UnknownUser(String),
+    /// The name cannot be a username.
+    #[error("invalid username {name:?}: {reason}")]
+    InvalidUsername {
+        /// The name as given.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The rule's pattern is not a valid topic filter pattern.
+    #[error(transparent)]
+    InvalidRule(#[from] AclError),
+    /// No rule at that position.
+    #[error("user {user:?} has no rule at position {position} (it has {count})")]
+    NoSuchRule {
+        /// The user.
+        user: String,
+        /// The 0-based position asked for.
+        position: usize,
+        /// How many rules the user has.
+        count: usize,
+    },
+    /// No rule with that pattern.
+    #[error("user {user:?} has no rule with pattern {pattern:?}")]
+    NoRuleWithPattern {
+        /// The user.
+        user: String,
+        /// The pattern asked for.
+        pattern: String,
+    },
+    /// A password was given for, or asked of, an x509 record.
+    #[error("user {0:?} authenticates with a client certificate (auth_type = x509) and has no password")]
+    X509HasNoPassword(String),
+    /// A basic record needs a password.
+    #[error("user {0:?} authenticates with a password (auth_type = basic); give one")]
+    PasswordRequired(String),
+    /// The password hash or its parameters are unusable.
+    #[error(transparent)]
+    Password(#[from] PasswordError),
+}
+
+/// The management API over one connection to the store.
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating it and its directory if needed) and migrates the store at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = open_connection(path)?;
+        Ok(Store { conn: Mutex::new(conn), path: path.to_path_buf() })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The PBKDF2 iteration count used for new password hashes.
+    pub fn pbkdf2_iterations(&self) -> Result<u32, StoreError> {
+        let conn = self.lock();
+        read_iterations(&conn, &self.path)
+    }
+
+    /// Sets the PBKDF2 iteration count for new password hashes (existing hashes keep theirs).
+    /// It is stored in the database, so the command line hashes with the count the broker was
+    /// configured with.
+    pub fn set_pbkdf2_iterations(&self, iterations: u32) -> Result<(), StoreError> {
+        if !(password::MIN_PBKDF2_ITERATIONS..=password::MAX_PBKDF2_ITERATIONS).contains(&iterations) {
+            return Err(PasswordError::IterationsOutOfRange(iterations.into()).into());
+        }
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES ('pbkdf2_iterations', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE value <> excluded.value",
+                params![iterations.to_string()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Adds a user. A `basic` user needs a password; an `x509` user must not have one.
+    pub fn add_user(
+        &self,
+        username: &str,
+        auth_type: AuthType,
+        password: Option<&[u8]>,
+        unrestricted: bool,
+    ) -> Result<(), StoreError> {
+        validate_username(username)?;
+        let hash = match (auth_type, password) {
+            (AuthType::Basic, None) => return Err(StoreError::PasswordRequired(username.to_owned())),
+            (AuthType::X509, Some(_)) => return Err(StoreError::X509HasNoPassword(username.to_owned())),
+            (AuthType::Basic, Some(password)) => {
+                Some(password::hash_password(password, self.pbkdf2_iterations()?)?)
+            }
+            (AuthType::X509, None) => None,
+        };
+        self.write(|tx| {
+            let inserted = tx.execute(
+                "INSERT INTO users (username, password_hash, auth_type, unrestricted) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (username) DO NOTHING",
+                params![username, hash, auth_type.as_str(), unrestricted],
+            )?;
+            Ok(inserted)
+        })
+        .and_then(|inserted| {
+            if inserted == 1 { Ok(()) } else { Err(StoreError::UserExists(username.to_owned())) }
+        })
+    }
+
+    /// Sets a basic user's password (hashed with the configured PBKDF2 count).
+    pub fn set_password(&self, username: &str, password: &[u8]) -> Result<(), StoreError> {
+        let hash = password::hash_password(password, self.pbkdf2_iterations()?)?;
+        self.set_password_hash(username, &hash)
+    }
+
+    /// Stores a hash made elsewhere (PBKDF2 in mesgd's form, or bcrypt), e.g. when users are
+    /// migrated from another broker. The hash is checked before it is stored.
+    pub fn set_password_hash(&self, username: &str, hash: &str) -> Result<(), StoreError> {
+        password::hash_scheme(hash)?;
+        self.update_user(username, |tx, user_id, auth_type| {
+            if auth_type == AuthType::X509 {
+                return Err(StoreError::X509HasNoPassword(username.to_owned()));
+            }
+            tx.execute("UPDATE users SET password_hash = ?1 WHERE id = ?2", params![hash, user_id])
+                .map_err(|e| self.db(e))?;
+            Ok(())
+        })
+    }
+
+    /// Changes how a user authenticates. Switching to `x509` drops the password hash; a user
+    /// switched to `basic` needs [`Store::set_password`] before it can log in.
+    pub fn set_auth_type(&self, username: &str, auth_type: AuthType) -> Result<(), StoreError> {
+        self.update_user(username, |tx, user_id, _| {
+            tx.execute(
+                "UPDATE users SET auth_type = ?1,
+                        password_hash = CASE WHEN ?1 = 'x509' THEN NULL ELSE password_hash END
+                 WHERE id = ?2",
+                params![auth_type.as_str(), user_id],
+            )
+            .map_err(|e| self.db(e))?;
+            Ok(())
+        })
+    }
+
+    /// Disables (`true`) or enables a user. Disabling closes its connections.
+    pub fn set_disabled(&self, username: &str, disabled: bool) -> Result<(), StoreError> {
+        self.set_flag(username, "disabled", disabled)
+    }
+
+    /// Makes a user unrestricted (no ACL) or restricted to its rules.
+    pub fn set_unrestricted(&self, username: &str, unrestricted: bool) -> Result<(), StoreError> {
+        self.set_flag(username, "unrestricted", unrestricted)
+    }
+
+    /// Removes a user and its rules. Its connections are closed.
+    pub fn remove_user(&self, username: &str) -> Result<(), StoreError> {
+        let removed =
+            self.write(|tx| tx.execute("DELETE FROM users WHERE username = ?1", params![username]))?;
+        if removed == 0 { Err(StoreError::UnknownUser(username.to_owned())) } else { Ok(()) }
+    }
+
+    /// One user, if it exists.
+    pub fn user(&self, username: &str) -> Result<Option<UserRecord>, StoreError> {
+        let conn = self.lock();
+        load_user(&conn, &self.path, username)
+    }
+
+    /// Every user, ordered by name.
+    pub fn list_users(&self) -> Result<Vec<UserRecord>, StoreError> {
+        let mut conn = self.lock();
+        let mut users: Vec<UserRecord> = load_all(&mut conn, &self.path)?.into_values().collect();
+        users.sort_by(|a, b| a.username.cmp(&b.username));
+        Ok(users)
+    }
+
+    /// A user's rules, in order.
+    pub fn rules(&self, username: &str) -> Result<Vec<Rule>, StoreError> {
+        self.user(username)?
+            .map(|user| user.rules)
+            .ok_or_else(|| StoreError::UnknownUser(username.to_owned()))
+    }
+
+    /// Inserts a rule at the 0-based `position` (appends when `None` or past the end) and
+    /// returns the position it got. The rule is validated first.
+    pub fn add_rule(&self, username: &str, rule: Rule, position: Option<usize>) -> Result<usize, StoreError> {
+        rule.validate()?;
+        self.edit_rules(username, |rules| {
+            let at = position.unwrap_or(rules.len()).min(rules.len());
+            rules.insert(at, rule);
+            Ok(at)
+        })
+    }
+
+    /// Removes the rule at the 0-based `position` and returns it.
+    pub fn remove_rule_at(&self, username: &str, position: usize) -> Result<Rule, StoreError> {
+        self.edit_rules(username, |rules| {
+            if position >= rules.len() {
+                return Err(StoreError::NoSuchRule {
+                    user: username.to_owned(),
+                    position,
+                    count: rules.len(),
+                });
+            }
+            Ok(rules.remove(position))
+        })
+    }
+
+    /// Removes every rule whose pattern is exactly `pattern`; returns how many there were.
+    pub fn remove_rules_with_pattern(&self, username: &str, pattern: &str) -> Result<usize, StoreError> {
+        self.edit_rules(username, |rules| {
+            let before = rules.len();
+            rules.retain(|rule| rule.pattern != pattern);
+            match before - rules.len() {
+                0 => Err(StoreError::NoRuleWithPattern {
+                    user: username.to_owned(),
+                    pattern: pattern.to_owned(),
+                }),
+                removed => Ok(removed),
+            }
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave the connection inconsistent: every change
+        // is a transaction that SQLite rolls back when it is dropped unfinished.
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn db(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Database { path: self.path.clone(), source }
+    }
+
+    /// Runs `change` in one immediate transaction.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| self.db(e))?;
+        let value = change(&tx).map_err(|e| self.db(e))?;
+        tx.commit().map_err(|e| self.db(e))?;
+        Ok(value)
+    }
+
+    /// Runs `change` on an existing user inside one immediate transaction.
+    fn update_user<T>(
+        &self,
+        username: &str,
+        change: impl FnOnce(&Transaction<'_>, i64, AuthType) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| self.db(e))?;
+        let row: Option<(i64, String)> = tx
+            .query_row("SELECT id, auth_type FROM users WHERE username = ?1", params![username], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+            .map_err(|e| self.db(e))?;
+        let Some((user_id, auth_type)) = row else {
+            return Err(StoreError::UnknownUser(username.to_owned()));
+        };
+        let auth_type =
+            auth_type.parse().map_err(|message| StoreError::Corrupt { path: self.path.clone(), message })?;
+        let value = change(&tx, user_id, auth_type)?;
+        tx.commit().map_err(|e| self.db(e))?;
+        Ok(value)
+    }
+
+    fn set_flag(&self, username: &str, column: &'static str, value: bool) -> Result<(), StoreError> {
+        self.update_user(username, |tx, user_id, _| {
+            tx.execute(&format!("UPDATE users SET {column} = ?1 WHERE id = ?2"), params![value, user_id])
+                .map_err(|e| self.db(e))?;
+            Ok(())
+        })
+    }
+
+    /// Loads a user's rules, lets `edit` change them, and writes them back, all in one
+    /// transaction so positions stay dense and concurrent edits cannot interleave.
+    fn edit_rules<T>(
+        &self,
+        username: &str,
+        edit: impl FnOnce(&mut Vec<Rule>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.update_user(username, |tx, user_id, _| {
+            let mut rules = load_rules(tx, &self.path, user_id)?;
+            let value = edit(&mut rules)?;
+            tx.execute("DELETE FROM rules WHERE user_id = ?1", params![user_id]).map_err(|e| self.db(e))?;
+            let mut insert = tx
+                .prepare("INSERT INTO rules (user_id, position, pattern, permission) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(|e| self.db(e))?;
+            for (position, rule) in rules.iter().enumerate() {
+                insert
+                    .execute(params![user_id, position as i64, rule.pattern, rule.permission.as_str()])
+                    .map_err(|e| self.db(e))?;
+            }
+            Ok(value)
+        })
+    }
+}
+
+/// Opens a connection with mesgd's settings and brings the schema up to date.
+pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let io_error = |source| StoreError::Open { path: path.to_path_buf(), source };
+    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_error)?;
+    }
+    create_private_file(path).map_err(io_error)?;
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags).map_err(db_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db_error)?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).map_err(db_error)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            message: format!("cannot switch to WAL journal mode (got {mode})"),
+        });
+    }
+    conn.pragma_update(None, "synchronous", "FULL").map_err(db_error)?;
+    conn.pragma_update(None, "foreign_keys", true).map_err(db_error)?;
+    migrate(conn, path)
+}
+
+/// Creates an empty file readable by its owner only, unless it exists. SQLite takes an empty
+/// file as a new database; its WAL and shared-memory files inherit the permissions.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn migrate(mut conn: Connection, path: &Path) -> Result<Connection, StoreError> {
+    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
+    let version =
+        |conn: &Connection| conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0));
+    if version(&conn).map_err(db_error)? == SCHEMA_VERSION {
+        return Ok(conn);
+    }
+    // Re-read inside the write transaction: another process may be migrating right now.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error)?;
+    let found = version(&tx).map_err(db_error)?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
+    }
+    if found < 1 {
+        tx.execute_batch(SCHEMA_V1).map_err(db_error)?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(db_error)?;
+    tx.commit().map_err(db_error)?;
+    Ok(conn)
+}
+
+fn validate_username(username: &str) -> Result<(), StoreError> {
+    let invalid = |reason| StoreError::InvalidUsername { name: username.to_owned(), reason };
+    if username.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if username.len() > MAX_USERNAME_LEN {
+        return Err(invalid("it is longer than 1024 bytes"));
+    }
+    // Control characters would break the one-record-per-line output of the command line.
+    if username.chars().any(char::is_control) {
+        return Err(invalid("it contains a control character"));
+    }
+    Ok(())
+}
+
+fn read_iterations(conn: &Connection, path: &Path) -> Result<u32, StoreError> {
+    let stored: Option<String> = conn
+        .query_row("SELECT value FROM settings WHERE key = 'pbkdf2_iterations'", [], |row| row.get(0))
+        .optional()
+        .map_err(|source| StoreError::Database { path: path.to_path_buf(), source })?;
+    match stored {
+        None => Ok(DEFAULT_PBKDF2_ITERATIONS),
+        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            message: format!("setting pbkdf2_iterations is not a number: {text:?}"),
+        }),
+    }
+}
+
+/// A raw `users` row before its rules are attached.
+type UserRow = (i64, String, Option<String>, String, bool, bool);
+
+fn user_from_row(path: &Path, row: UserRow, rules: Vec<Rule>) -> Result<UserRecord, StoreError> {
+    let (_, username, password_hash, auth_type, disabled, unrestricted) = row;
+    let auth_type =
+        auth_type.parse().map_err(|message| StoreError::Corrupt { path: path.to_path_buf(), message })?;
+    Ok(UserRecord { username, auth_type, password_hash, disabled, unrestricted, rules })
+}
+
+fn read_user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserRow> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+}
+
+const SELECT_USERS: &str = "SELECT id, username, password_hash, auth_type, disabled, unrestricted FROM users";
+
+fn rule_from_columns(path: &Path, pattern: String, permission: &str) -> Result<Rule, StoreError> {
+    let permission = Permission::parse(permission)
+        .map_err(|e| StoreError::Corrupt { path: path.to_path_buf(), message: e.to_string() })?;
+    Ok(Rule { pattern, permission })
+}
+
+fn load_rules(conn: &Connection, path: &Path, user_id: i64) -> Result<Vec<Rule>, StoreError> {
+    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
+    let mut query = conn
+        .prepare_cached("SELECT pattern, permission FROM rules WHERE user_id = ?1 ORDER BY position")
+        .map_err(db_error)?;
+    let rows = query
+        .query_map(params![user_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+        .map_err(db_error)?;
+    rows.map(|row| {
+        let (pattern, permission) = row.map_err(db_error)?;
+        rule_from_columns(path, pattern, &permission)
+    })
+    .collect()
+}
+
+fn load_user(conn: &Connection, path: &Path, username: &str) -> Result<Option<UserRecord>, StoreError> {
+    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
+    let row = conn
+        .query_row(&format!("{SELECT_USERS} WHERE username = ?1"), params![username], read_user_row)
+        .optional()
+        .map_err(db_error)?;
+    let Some(row) = row else { return Ok(None) };
+    let rules = load_rules(conn, path, row.0)?;
+    user_from_row(path, row, rules).map(Some)
+}
+
+/// Every user with its rules, read in one transaction so users and rules agree.
+pub(crate) fn load_all(
+    conn: &mut Connection,
+    path: &Path,
+) -> Result<std::collections::HashMap<String, UserRecord>, StoreError> {
+    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
+    let tx = conn.transaction().map_err(db_error)?;
+    let mut rules_by_user: std::collections::HashMap<i64, Vec<Rule>> = std::collections::HashMap::new();
+    {
+        let mut query = tx
+            .prepare_cached("SELECT user_id, pattern, permission FROM rules ORDER BY user_id, position")
+            .map_err(db_error)?;
+        let rows = query
+            .query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
+            })
+            .map_err(db_error)?;
+        for row in rows {
+            let (user_id, pattern, permission) = row.map_err(db_error)?;
+            rules_by_user.entry(user_id).or_default().push(rule_from_columns(path, pattern, &permission)?);
+        }
+    }
+    let mut users = std::collections::HashMap::new();
+    {
+        let mut query = tx.prepare_cached(SELECT_USERS).map_err(db_error)?;
+        let rows = query.query_map([], read_user_row).map_err(db_error)?;
+        for row in rows {
+            let row = row.map_err(db_error)?;
+            let rules = rules_by_user.remove(&row.0).unwrap_or_default();
+            let user = user_from_row(path, row, rules)?;
+            users.insert(user.username.clone(), user);
+        }
+    }
+    tx.commit().map_err(db_error)?;
+    Ok(users)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(pattern: &str, permission: Permission) -> Rule {
+        Rule { pattern: pattern.to_owned(), permission }
+    }
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&config_db_path(dir.path())).expect("opens");
+        store.set_pbkdf2_iterations(password::MIN_PBKDF2_ITERATIONS).expect("fast hashes for tests");
+        (dir, store)
+    }
+
+    #[test]
+    fn users_and_flags_round_trip() {
+        let (_dir, store) = store();
+        store.add_user("alice", AuthType::Basic, Some(b"pw"), false).expect("adds");
+        store.add_user("device-1", AuthType::X509, None, true).expect("adds");
+        assert!(matches!(
+            store.add_user("alice", AuthType::Basic, Some(b"x"), false),
+            Err(StoreError::UserExists(_))
+        ));
+        assert!(matches!(
+            store.add_user("bob", AuthType::Basic, None, false),
+            Err(StoreError::PasswordRequired(_))
+        ));
+        assert!(matches!(
+            store.add_user("bob", AuthType::X509, Some(b"x"), false),
+            Err(StoreError::X509HasNoPassword(_))
+        ));
+
+        let alice = store.user("alice").expect("reads").expect("exists");
+        assert_eq!(alice.auth_type, AuthType::Basic);
+        assert_eq!(alice.password_scheme(), Some(HashScheme::Pbkdf2Sha256));
+        assert!(
+            password::verify_password(b"pw", alice.password_hash.as_deref().expect("hash"))
+                .expect("verifies")
+        );
+        assert_eq!(alice.acl(), Some(vec![]), "restricted with no rules denies everything");
+        assert!(!format!("{alice:?}").contains("pbkdf2"), "Debug redacts the hash");
+
+        store.set_disabled("alice", true).expect("disables");
+        store.set_unrestricted("alice", true).expect("unrestricts");
+        let alice = store.user("alice").expect("reads").expect("exists");
+        assert!(alice.disabled);
+        assert_eq!(alice.acl(), None);
+
+        let names: Vec<_> = store.list_users().expect("lists").into_iter().map(|u| u.username).collect();
+        assert_eq!(names, ["alice", "device-1"]);
+
+        assert!(matches!(store.set_password("device-1", b"x"), Err(StoreError::X509HasNoPassword(_))));
+        store.set_auth_type("alice", AuthType::X509).expect("switches");
+        assert_eq!(store.user("alice").expect("reads").expect("exists").password_hash, None);
+        store.remove_user("alice").expect("removes");
+        assert!(store.user("alice").expect("reads").is_none());
+        assert!(matches!(store.remove_user("alice"), Err(StoreError::UnknownUser(_))));
+        assert!(matches!(store.set_disabled("nobody", true), Err(StoreError::UnknownUser(_))));
+    }
+
+    #[test]
+    fn rules_keep_their_order_through_inserts_and_removals() {
+        let (_dir, store) = store();
+        store.add_user("u", AuthType::Basic, Some(b"pw"), false).expect("adds");
+        assert_eq!(store.add_rule("u", rule("a", Permission::Read), None).expect("adds"), 0);
+        assert_eq!(store.add_rule("u", rule("c", Permission::Write), None).expect("adds"), 1);
+        assert_eq!(store.add_rule("u", rule("b", Permission::Deny), Some(1)).expect("inserts"), 1);
+        assert_eq!(store.add_rule("u", rule("z", Permission::ReadWrite), Some(99)).expect("appends"), 3);
+        store.add_rule("u", rule("a", Permission::Write), None).expect("adds");
+        let patterns = |store: &Store| {
+            store.rules("u").expect("rules").into_iter().map(|r| r.pattern).collect::<Vec<_>>()
+        };
+        assert_eq!(patterns(&store), ["a", "b", "c", "z", "a"]);
+        assert_eq!(store.remove_rule_at("u", 1).expect("removes"), rule("b", Permission::Deny));
+        assert_eq!(store.remove_rules_with_pattern("u", "a").expect("removes"), 2);
+        assert_eq!(patterns(&store), ["c", "z"]);
+        assert!(matches!(store.remove_rule_at("u", 2), Err(StoreError::NoSuchRule { count: 2, .. })));
+        assert!(matches!(
+            store.remove_rules_with_pattern("u", "a"),
+            Err(StoreError::NoRuleWithPattern { .. })
+        ));
+        assert!(matches!(
+            store.add_rule("u", rule("a/#/b", Permission::Read), None),
+            Err(StoreError::InvalidRule(_))
+        ));
+        assert!(matches!(
+            store.add_rule("nobody", rule("a", Permission::Read), None),
+            Err(StoreError::UnknownUser(_))
+        ));
+        store.remove_user("u").expect("removes");
+        let conn = Connection::open(store.path()).expect("opens");
+        let left: i64 = conn.query_row("SELECT count(*) FROM rules", [], |r| r.get(0)).expect("counts");
+        assert_eq!(left, 0, "rules go with their user");
+    }
+
+    #[test]
+    fn usernames_table() {
+        let (_dir, store) = store();
+        let long = "x".repeat(MAX_USERNAME_LEN + 1);
+        for bad in ["", "a\nb", "tab\there", "nul\0", long.as_str()] {
+            assert!(
+                matches!(
+                    store.add_user(bad, AuthType::X509, None, false),
+                    Err(StoreError::InvalidUsername { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        for good in ["a", "with space", "ünï", "a/b", "+#"] {
+            store.add_user(good, AuthType::X509, None, false).expect(good);
+        }
+    }
+
+    #[test]
+    fn imported_hashes_are_checked() {
+        let (_dir, store) = store();
+        store.add_user("u", AuthType::Basic, Some(b"old"), false).expect("adds");
+        let bcrypt = "$2y$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW";
+        store.set_password_hash("u", bcrypt).expect("imports bcrypt");
+        assert_eq!(
+            store.user("u").expect("reads").expect("exists").password_scheme(),
+            Some(HashScheme::Bcrypt)
+        );
+        assert!(matches!(store.set_password_hash("u", "plain"), Err(StoreError::Password(_))));
+    }
+
+    #[test]
+    fn schema_versions_are_checked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = config_db_path(dir.path());
+        drop(Store::open(&path).expect("creates"));
+        let conn = Connection::open(&path).expect("opens");
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).expect("reads");
+        assert_eq!(version, SCHEMA_VERSION);
+        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).expect("reads");
+        assert_eq!(mode, "wal");
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).expect("bumps");
+        drop(conn);
+        let error = Store::open(&path).expect_err("refuses a newer schema");
+        assert!(matches!(error, StoreError::SchemaTooNew { found: 2, supported: 1, .. }), "{error:?}");
+        assert!(error.to_string().contains("newer than this mesgd understands"), "{error}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_database_is_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("sub").join(CONFIG_DB_FILE);
+        drop(Store::open(&path).expect("creates parent and file"));
+        let mode = std::fs::metadata(&path).expect("exists").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_file_that_is_not_sqlite_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(CONFIG_DB_FILE);
+        std::fs::write(&path, b"this is not a database, just some text that is long enough").expect("writes");
+        let error = Store::open(&path).expect_err("refused");
+        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+    }
+}

@@ -1,0 +1,41 @@
+//! `mesgd-providers`: the authentication providers that ship with mesgd, and the registry that
+//! turns the `[[auth.providers]]` tables of the configuration into an ordered
+//! [`Chain`](mesgd_core::auth::Chain).
+//!
+//! Every provider implements [`mesgd_core::auth::Authenticator`] and answers `Allow`, `Deny` or
+//! `Next`. The built-in providers are registered in the [`Registry`] through the same
+//! [`ProviderFactory`] interface that a third-party (or dynamically loaded) provider uses, so
+//! nothing in chain building knows about them.
+//!
+//! # Layout
+//!
+//! - [`registry`]: [`Registry`], [`ProviderFactory`], [`ProviderSpec`], [`BuildContext`] and
+//!   [`ConfigError`]: chain-level keys (`type`, `on_error`, `timeout_ms`) are taken out of each
+//!   table, the rest is handed to the provider's factory.
+//! - [`builtin`] (feature `builtin`): users and ACL rules in SQLite at
+//!   `<storage.dir>/config.db` — the [`builtin::Store`] management API, PBKDF2/bcrypt password
+//!   hashes, the [`builtin::UserDirectory`] that keeps an in-memory view of the store and
+//!   pushes changes to connected clients, the `builtin` provider, and the `mesgd user` /
+//!   `mesgd acl` command-line functions.
+//! - [`x509`] (feature `x509`): admits a client whose verified certificate Common Name names a
+//!   builtin record of `auth_type = x509`.
+//! - [`jwt`] (feature `jwt`): an HS256 JSON Web Token in the password field.
+//! - [`http`] (feature `http`): a webhook that is asked about every connect.
+//! - `cache` and `rules` (private): the bounded cache and keyed MAC shared by the providers
+//!   that cache answers, and the reading of ACL rule arrays from tokens and webhook answers.
+
+#[cfg(feature = "builtin")]
+pub mod builtin;
+#[cfg(any(feature = "builtin", feature = "http"))]
+mod cache;
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "jwt")]
+pub mod jwt;
+pub mod registry;
+#[cfg(any(feature = "jwt", feature = "http"))]
+mod rules;
+#[cfg(feature = "x509")]
+pub mod x509;
+
+pub use registry::{BuildContext, ConfigError, ProviderFactory, ProviderSpec, Registry};
