@@ -1,0 +1,222 @@
+//! Failed-login protection: repeated authentication failures from one address or for one
+//! username slow further attempts down, exponentially, up to a cap.
+//!
+//! The delay is applied before the provider chain runs, so a password-guessing client pays it
+//! on every attempt and a reconnect storm of bad credentials cannot keep the providers (or a
+//! webhook behind them) busy. Memory is bounded: at most `max_tracked` addresses and usernames
+//! are remembered; beyond that the stalest entries are forgotten first.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+/// `[auth.failed_login]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FailedLoginConfig {
+    /// Failures within `window_s` that are free; each failure beyond them doubles the delay.
+    /// 0 turns the protection off.
+    pub max_failures: u32,
+    /// How long a failure is remembered, in seconds.
+    pub window_s: u64,
+    /// The first delay, in milliseconds.
+    pub base_delay_ms: u64,
+    /// The longest delay, in milliseconds.
+    pub max_delay_ms: u64,
+    /// How many addresses and usernames are tracked at most.
+    pub max_tracked: usize,
+}
+
+impl Default for FailedLoginConfig {
+    fn default() -> Self {
+        FailedLoginConfig {
+            max_failures: 5,
+            window_s: 300,
+            base_delay_ms: 250,
+            max_delay_ms: 10_000,
+            max_tracked: 100_000,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Addr(IpAddr),
+    User(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    failures: u32,
+    last: Instant,
+}
+
+/// Tracks failures and computes delays.
+#[derive(Debug)]
+pub struct LoginGuard {
+    config: FailedLoginConfig,
+    records: Mutex<HashMap<Key, Record>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl LoginGuard {
+    /// A guard with these settings.
+    pub fn new(config: FailedLoginConfig) -> Self {
+        LoginGuard { config, records: Mutex::new(HashMap::new()), hasher: Default::default() }
+    }
+
+    /// Usernames are tracked by a keyed hash, so the table never holds the names themselves.
+    fn user_key(&self, username: &str) -> Key {
+        use std::hash::BuildHasher;
+        Key::User(self.hasher.hash_one(username))
+    }
+
+    fn keys(&self, addr: IpAddr, username: Option<&str>) -> impl Iterator<Item = Key> {
+        std::iter::once(Key::Addr(addr)).chain(username.map(|u| self.user_key(u)))
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_secs(self.config.window_s)
+    }
+
+    /// How long to wait before authenticating this attempt.
+    pub fn delay_for(&self, addr: IpAddr, username: Option<&str>) -> Duration {
+        if self.config.max_failures == 0 {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let failures = self
+            .keys(addr, username)
+            .filter_map(|k| records.get(&k))
+            .filter(|r| now.duration_since(r.last) < self.window())
+            .map(|r| r.failures)
+            .max()
+            .unwrap_or(0);
+        if failures < self.config.max_failures {
+            return Duration::ZERO;
+        }
+        let doublings = (failures - self.config.max_failures).min(20);
+        let delay = self.config.base_delay_ms.saturating_mul(1 << doublings).min(self.config.max_delay_ms);
+        Duration::from_millis(delay)
+    }
+
+    /// Records a failed attempt.
+    pub fn failed(&self, addr: IpAddr, username: Option<&str>) {
+        if self.config.max_failures == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let window = self.window();
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        for key in self.keys(addr, username) {
+            let r = records.entry(key).or_insert(Record { failures: 0, last: now });
+            if now.duration_since(r.last) >= window {
+                r.failures = 0;
+            }
+            r.failures = r.failures.saturating_add(1);
+            r.last = now;
+            if r.failures == self.config.max_failures {
+                tracing::warn!(?key, "repeated authentication failures: slowing down further attempts");
+            }
+        }
+        if records.len() > self.config.max_tracked {
+            records.retain(|_, r| now.duration_since(r.last) < window);
+            while records.len() > self.config.max_tracked {
+                let Some(stalest) = records.iter().min_by_key(|(_, r)| r.last).map(|(k, _)| *k) else {
+                    break;
+                };
+                records.remove(&stalest);
+            }
+        }
+    }
+
+    /// Records a successful login: the username's failures are forgiven (the address's are not,
+    /// so one valid account does not whitelist an address that guesses others).
+    pub fn succeeded(&self, _addr: IpAddr, username: Option<&str>) {
+        if let Some(u) = username {
+            let key = self.user_key(u);
+            self.records.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Addr(a) => write!(f, "address {a}"),
+            Key::User(_) => write!(f, "a username"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard() -> LoginGuard {
+        LoginGuard::new(FailedLoginConfig {
+            max_failures: 3,
+            window_s: 60,
+            base_delay_ms: 100,
+            max_delay_ms: 1000,
+            max_tracked: 4,
+        })
+    }
+
+    #[test]
+    fn delay_grows_after_the_free_failures_and_is_capped() {
+        let g = guard();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..3 {
+            assert_eq!(g.delay_for(a, Some("u")), Duration::ZERO);
+            g.failed(a, Some("u"));
+        }
+        assert_eq!(g.delay_for(a, Some("u")), Duration::from_millis(100));
+        g.failed(a, Some("u"));
+        assert_eq!(g.delay_for(a, Some("u")), Duration::from_millis(200));
+        for _ in 0..10 {
+            g.failed(a, Some("u"));
+        }
+        assert_eq!(g.delay_for(a, Some("u")), Duration::from_millis(1000));
+        // The same username from another address is slowed too; another user from a fresh one is not.
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(g.delay_for(b, Some("u")), Duration::from_millis(1000));
+        assert_eq!(g.delay_for(b, Some("v")), Duration::ZERO);
+    }
+
+    #[test]
+    fn success_forgives_the_username_not_the_address() {
+        let g = guard();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..5 {
+            g.failed(a, Some("u"));
+        }
+        g.succeeded(a, Some("u"));
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(g.delay_for(b, Some("u")), Duration::ZERO);
+        assert!(g.delay_for(a, None) > Duration::ZERO);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let g = guard();
+        for i in 0..100u8 {
+            g.failed(IpAddr::from([10, 0, 1, i]), None);
+        }
+        assert!(g.records.lock().unwrap().len() <= 4);
+    }
+
+    #[test]
+    fn zero_max_failures_turns_it_off() {
+        let g = LoginGuard::new(FailedLoginConfig { max_failures: 0, ..Default::default() });
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..100 {
+            g.failed(a, None);
+        }
+        assert_eq!(g.delay_for(a, None), Duration::ZERO);
+    }
+}

@@ -1,0 +1,98 @@
+//! The MQTT front end: the handshake and the per-connection task, over any byte stream
+//! (plain TCP today; TLS and WebSocket streams plug in the same way).
+//!
+//! # Layout
+//!
+//! - [`handshake`]: CONNECT → validation → authenticator chain → session takeover/resume →
+//!   CONNACK.
+//! - [`connection`]: the connected client's poll loop and packet handlers.
+
+mod connection;
+mod handshake;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mesgd_core::auth::{Chain, TlsInfo};
+use mesgd_core::broker::Broker;
+use mesgd_core::mqtt::QoS;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::login_guard::LoginGuard;
+
+/// Protocol settings derived from the configuration, shared by every connection.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) max_packet_size: u32,
+    pub(crate) max_inflight: u16,
+    pub(crate) max_topic_levels: usize,
+    pub(crate) max_topic_alias: u16,
+    pub(crate) max_keep_alive: u16,
+    pub(crate) max_session_expiry: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) retain_available: bool,
+    pub(crate) max_qos: QoS,
+    pub(crate) wildcard_subscriptions: bool,
+    pub(crate) shared_subscriptions: bool,
+    pub(crate) subscription_identifiers: bool,
+}
+
+impl Settings {
+    pub(crate) fn from_config(c: &Config) -> Self {
+        let l = &c.limits;
+        Settings {
+            max_packet_size: l.max_packet_size,
+            max_inflight: l.max_inflight,
+            max_topic_levels: l.max_topic_levels,
+            max_topic_alias: l.max_topic_alias,
+            max_keep_alive: l.max_keep_alive,
+            max_session_expiry: l.max_session_expiry,
+            connect_timeout: Duration::from_millis(l.connect_timeout_ms),
+            retain_available: c.mqtt.retain_available,
+            max_qos: QoS::try_from(c.mqtt.max_qos).unwrap_or(QoS::ExactlyOnce),
+            wildcard_subscriptions: c.mqtt.wildcard_subscriptions,
+            shared_subscriptions: c.mqtt.shared_subscriptions,
+            subscription_identifiers: c.mqtt.subscription_identifiers,
+        }
+    }
+}
+
+/// What every MQTT connection shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) chain: Chain,
+    pub(crate) settings: Settings,
+    pub(crate) login_guard: LoginGuard,
+}
+
+/// Serves one MQTT connection on `stream` until it ends.
+pub(crate) async fn serve<S>(
+    stream: S,
+    peer: SocketAddr,
+    listener: Arc<str>,
+    tls: Option<TlsInfo>,
+    shared: Arc<Shared>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let span = tracing::info_span!("mqtt", %peer, listener = %listener, client_id = tracing::field::Empty);
+    async move {
+        match handshake::handshake(stream, peer, listener, tls, shared.clone()).await {
+            Ok(connection) => {
+                shared.broker.stats().clients_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                connection.run().await;
+            }
+            Err(handshake::Refused::Silent(why)) => tracing::debug!(why, "connection closed before CONNECT"),
+            Err(handshake::Refused::Malformed(e)) => tracing::info!(error = %e, "malformed CONNECT: closing"),
+            Err(handshake::Refused::Answered(code, why)) => {
+                tracing::info!(reason = ?code, %why, "connection refused")
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
