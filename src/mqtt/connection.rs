@@ -149,7 +149,13 @@ fn is_v5(v: ProtocolVersion) -> bool {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
-    pub(crate) fn new(stream: S, shared: Arc<Shared>, a: Accepted, inbuf: BytesMut, connack: &Packet) -> Self {
+    pub(crate) fn new(
+        stream: S,
+        shared: Arc<Shared>,
+        a: Accepted,
+        inbuf: BytesMut,
+        connack: &Packet,
+    ) -> Self {
         let identity_change = a.identity.live.clone().map(|mut live| -> IdentityChange {
             Box::pin(async move {
                 live.changed().await;
