@@ -42,46 +42,82 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     }
 }
 
+/// The builtin store's file, with the hashing cost the config asks for recorded in it, so that
+/// passwords set from the command line are hashed exactly as the broker would hash them.
 fn user_db(config: &Config) -> anyhow::Result<PathBuf> {
     let dir = config.storage_dir();
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create storage directory {}", dir.display()))?;
-    Ok(dir.join("config.db"))
+    let db = mesgd_providers::builtin::config_db_path(&dir);
+    let iterations = config
+        .auth
+        .providers
+        .iter()
+        .filter(|p| p.get("type").and_then(|t| t.as_str()) == Some(mesgd_providers::builtin::TYPE_NAME))
+        .find_map(|p| p.get("pbkdf2_iterations").and_then(|i| i.as_integer()));
+    if let Some(n) = iterations {
+        let n = u32::try_from(n).context("pbkdf2_iterations is out of range")?;
+        mesgd_providers::builtin::Store::open(&db)?.set_pbkdf2_iterations(n)?;
+    }
+    Ok(db)
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    // Signal handlers first: a SIGTERM that arrives while listeners are being bound must still
+    // mean an orderly shutdown, not the default instant death.
+    let signals = Signals::install()?;
     let server = Server::start(config).await?;
-    wait_for_shutdown(&server).await;
+    signals.wait_for_shutdown(&server).await;
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
 }
 
-/// Waits for SIGINT or SIGTERM; SIGHUP meanwhile reloads the TLS certificates.
+/// SIGINT / SIGTERM end the server; SIGHUP reloads TLS certificates.
 #[cfg(unix)]
-async fn wait_for_shutdown(server: &Server) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading TLS certificates");
-                server.reload_tls();
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn wait_for_shutdown(mut self, server: &Server) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return,
+                _ = self.int.recv() => return,
+                _ = self.hup.recv() => {
+                    tracing::info!("SIGHUP: reloading TLS certificates");
+                    server.reload_tls();
+                }
             }
         }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_shutdown(_server: &Server) {
-    let _ = tokio::signal::ctrl_c().await;
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals)
+    }
+
+    async fn wait_for_shutdown(self, _server: &Server) {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

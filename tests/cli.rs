@@ -1,0 +1,132 @@
+//! The real `mesgd` binary: start-up, config errors, signals, and the user / acl commands.
+
+mod common;
+#[path = "common/daemon.rs"]
+#[allow(unreachable_pub)]
+mod daemon;
+
+use daemon::Daemon;
+use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
+
+fn write_config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+    let path = dir.join("mesgd.toml");
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+const BASIC: &str = r#"
+[storage]
+dir = "data"
+[[listeners]]
+name = "mqtt"
+kind = "mqtt"
+bind = "127.0.0.1:0"
+[auth]
+allow_anonymous = true
+"#;
+
+#[tokio::test]
+async fn sigterm_tells_v5_clients_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), BASIC);
+    let mut daemon = Daemon::start(&config, &["mqtt"]).await;
+    let mut client = common::Raw::connected(daemon.addr("mqtt"), ProtocolVersion::V5, "c").await;
+    daemon.signal("TERM").await;
+    let seen = client.until_closed().await;
+    assert!(
+        matches!(seen.as_slice(), [Packet::Disconnect(d)] if d.reason_code == ReasonCode::ServerShuttingDown),
+        "{seen:?}"
+    );
+    let status = daemon.wait().await;
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test]
+async fn a_config_error_names_the_key_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &format!("{BASIC}[limits]\nmax_inflite = 5\n"));
+    let (status, _, stderr) = daemon::run(&["--config", config.to_str().unwrap(), "serve"], "").await;
+    assert!(!status.success());
+    assert!(stderr.contains("max_inflite"), "{stderr}");
+    let (status, _, stderr) = daemon::run(&["--config", "/nonexistent/mesgd.toml", "serve"], "").await;
+    assert!(!status.success());
+    assert!(stderr.contains("/nonexistent/mesgd.toml"), "{stderr}");
+}
+
+#[tokio::test]
+async fn user_and_acl_commands_manage_the_store_the_broker_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &BASIC.replace(
+            "allow_anonymous = true",
+            "allow_anonymous = false\n[[auth.providers]]\ntype = \"builtin\"\npbkdf2_iterations = 1000\npoll_interval_ms = 50",
+        ),
+    );
+    let cfg = config.to_str().unwrap();
+    let (status, _, stderr) = daemon::run(&["--config", cfg, "user", "add", "alice", "--password-stdin"], "s3cret\n").await;
+    assert!(status.success(), "{stderr}");
+    let (status, _, stderr) = daemon::run(&["--config", cfg, "acl", "add", "alice", "sensors/#", "read"], "").await;
+    assert!(status.success(), "{stderr}");
+    let (status, out, _) = daemon::run(&["--config", cfg, "user", "list"], "").await;
+    assert!(status.success());
+    assert!(out.contains("alice"), "{out}");
+    assert!(!out.contains("s3cret"));
+
+    let daemon = Daemon::start(&config, &["mqtt"]).await;
+    let port = daemon.addr("mqtt").port();
+    let mut o = common::v3::options("alice-1", port);
+    o.set_credentials("alice", "s3cret");
+    let (mut alice, _) = common::v3::connect(o).await;
+    let ok = alice.subscribe("sensors/#", common::v3::QoS::AtLeastOnce).await;
+    assert_eq!(ok.return_codes, [rumqttc::SubscribeReasonCode::Success(common::v3::QoS::AtLeastOnce)]);
+    let no = alice.subscribe("admin/#", common::v3::QoS::AtLeastOnce).await;
+    assert_eq!(no.return_codes, [rumqttc::SubscribeReasonCode::Failure]);
+    let mut o = common::v3::options("alice-2", port);
+    o.set_credentials("alice", "wrong");
+    let err = common::v3::connect_err(o).await;
+    assert!(err.contains("BadUserNamePassword"), "{err}");
+}
+
+#[path = "common/pki.rs"]
+#[allow(unreachable_pub, dead_code)]
+mod pki;
+
+#[tokio::test]
+async fn sighup_reloads_tls_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = pki::Ca::new("old CA");
+    old_ca.server(dir.path(), "server");
+    let config = write_config(
+        dir.path(),
+        r#"
+[storage]
+dir = "data"
+[[listeners]]
+name = "tls"
+kind = "mqtt"
+bind = "127.0.0.1:0"
+tls = { cert = "server.pem", key = "server.key" }
+[auth]
+allow_anonymous = true
+"#,
+    );
+    let mut daemon = Daemon::start(&config, &["tls"]).await;
+    let port = daemon.addr("tls").port();
+    let options = |ca: &pki::Ca| {
+        let mut o = common::v3::options("c", port);
+        o.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
+            ca: ca.pem().into_bytes(),
+            alpn: None,
+            client_auth: None,
+        }));
+        o
+    };
+    common::v3::connect(options(&old_ca)).await;
+    let new_ca = pki::Ca::new("new CA");
+    new_ca.server(dir.path(), "server");
+    daemon.signal("HUP").await;
+    daemon.log_line("TLS certificates reloaded").await;
+    common::v3::connect(options(&new_ca)).await;
+    common::v3::connect_err(options(&old_ca)).await;
+}
