@@ -211,10 +211,10 @@ impl Broker {
         ClientLock { broker: self, client_id: client_id.clone(), mutex, guard: Some(guard) }
     }
 
-    /// Opens the session for a connect: resumes the existing one unless `clean_start`, else
-    /// starts a new one (ending the old). Cancels a pending delayed will of the client id: a
-    /// reconnect within the will delay means the will is not sent. The caller must hold the
-    /// [`ClientLock`] and have waited for any previous connection to detach.
+    /// Opens the session for a connect: resumes the existing one unless `clean_start` or its
+    /// expiry has passed, else starts a new one (ending the old). Cancels a pending delayed will
+    /// of the client id: a reconnect within the will delay means the will is not sent. The caller
+    /// must hold the [`ClientLock`] and have waited for any previous connection to detach.
     pub fn open_session(
         &self,
         client_id: &Arc<str>,
@@ -222,8 +222,13 @@ impl Broker {
         expiry: SessionExpiry,
         now: Instant,
     ) -> OpenedSession {
+        let mut existing = lock(&self.sessions).get(client_id).cloned();
+        // Past its expiry but not yet swept by the timer: the session is over all the same, so
+        // it ends as the timer would end it (its pending will goes out) and is not resumed.
+        if let Some(old) = existing.take_if(|old| old.expires_at().is_some_and(|at| at <= now)) {
+            self.expire_session(&old, now);
+        }
         self.cancel_will(client_id);
-        let existing = lock(&self.sessions).get(client_id).cloned();
         if let Some(old) = existing {
             if !clean_start && !old.is_ended() {
                 self.unschedule_expiry(&old);
@@ -376,6 +381,21 @@ impl Broker {
         self.unschedule_expiry(session);
     }
 
+    /// Ends an offline session whose expiry has passed. A will still waiting for its delay goes
+    /// out now: the end of the session comes before the end of the delay.
+    fn expire_session(&self, session: &Arc<Session>, now: Instant) {
+        let pending_will = {
+            let mut t = lock(&self.timers);
+            let key = t.will_keys.remove(session.client_id());
+            key.and_then(|k| t.wills.remove(&k))
+        };
+        if let Some(w) = pending_will {
+            self.publish_will(w.will, now);
+        }
+        tracing::debug!(client_id = %session.client_id(), "session expired");
+        self.end_session(session, now);
+    }
+
     /// Publishes a will now, if its publisher may write its topic.
     pub fn publish_will(&self, will: Will, now: Instant) -> Option<RouteStats> {
         if !will.acl.allows(Access::Write, &will.message.topic) {
@@ -449,17 +469,7 @@ impl Broker {
                 continue;
             }
             if session.expires_at().is_some_and(|at| at <= now) {
-                // The session ends: a will still waiting for its delay goes out now.
-                let pending_will = {
-                    let mut t = lock(&self.timers);
-                    let key = t.will_keys.remove(&client_id);
-                    key.and_then(|k| t.wills.remove(&k))
-                };
-                if let Some(w) = pending_will {
-                    self.publish_will(w.will, now);
-                }
-                tracing::debug!(client_id = %client_id, "session expired");
-                self.end_session(&session, now);
+                self.expire_session(&session, now);
             }
         }
         let mut t = lock(&self.timers);
@@ -570,6 +580,24 @@ mod tests {
         assert_eq!(b.session_count(), 1);
         b.tick(now + Duration::from_secs(5));
         assert_eq!(b.session_count(), 0);
+    }
+
+    #[test]
+    fn an_expired_session_is_not_resumed_even_before_the_timer_runs() {
+        let b = broker();
+        let now = Instant::now();
+        let (watcher, _, _) = connect(&b, "w", true, SessionExpiry::OnDisconnect, now);
+        b.subscribe(&watcher, filter("will/#"), SubscribeOptions::with_qos(QoS::AtLeastOnce), now);
+        let expiry = SessionExpiry::After(Duration::from_secs(1));
+        let (s, _, g) = connect(&b, "c", false, expiry, now);
+        b.subscribe(&s, filter("t"), SubscribeOptions::with_qos(QoS::AtLeastOnce), now);
+        b.connection_closed(&s, g, Some(will("will/c", 60)), now);
+        // No tick between the expiry and the reconnect.
+        let (s2, present, _) = connect(&b, "c", false, expiry, now + Duration::from_secs(2));
+        assert!(!present && !Arc::ptr_eq(&s, &s2));
+        assert_eq!(s2.subscription_count(), 0);
+        assert_eq!(b.router().len(), 1, "only the watcher's subscription is left");
+        assert_eq!(watcher.queue_len(), 1, "the session ended before the will delay: the will went out");
     }
 
     #[test]

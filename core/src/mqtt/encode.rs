@@ -240,11 +240,11 @@ fn unsuback<S: Sink>(a: &UnsubAck, v: ProtocolVersion, s: &mut S) {
 fn disconnect<S: Sink>(d: &Disconnect, v: ProtocolVersion, s: &mut S) {
     check_reason(d.reason_code, PacketType::Disconnect, s);
     if v.is_v5() {
-        let has_properties = !d.properties.is_empty();
-        if d.reason_code != ReasonCode::NormalDisconnection || has_properties {
+        // With a reason code, the property length goes out too (0 when empty). §3.14.2.2.1 lets
+        // it be left out, but clients in the wild (rumqttc among them) then drop the packet and
+        // never learn why they were disconnected.
+        if d.reason_code != ReasonCode::NormalDisconnection || !d.properties.is_empty() {
             s.u8(d.reason_code.code());
-        }
-        if has_properties {
             put_block(s, &d.properties);
         }
     }

@@ -540,11 +540,11 @@ fn unsubscribe_both_versions() {
 
 #[test]
 fn disconnect_and_auth_5() {
-    both_ways(
-        &[0xE0, 0x01, 0x04],
-        V5,
-        Packet::Disconnect(Disconnect { reason_code: ReasonCode::DisconnectWithWill, ..Default::default() }),
-    );
+    // The short form (reason code, no property length) is read; it is written with the property
+    // length, which every client can read.
+    let with_will = Disconnect { reason_code: ReasonCode::DisconnectWithWill, ..Default::default() };
+    assert_eq!(decode_one(&[0xE0, 0x01, 0x04], Some(V5)), Packet::Disconnect(with_will.clone()));
+    both_ways(&[0xE0, 0x02, 0x04, 0x00], V5, Packet::Disconnect(with_will));
     both_ways(
         &[0xE0, 0x07, 0x00, 0x05, 0x11, 0x00, 0x00, 0x00, 0x00],
         V5,
