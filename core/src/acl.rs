@@ -191,6 +191,20 @@ pub enum Access {
 pub struct Acl {
     /// `None` = unrestricted.
     rules: Option<Arc<Compiled>>,
+    /// What it was compiled from, so that it can be stored and compiled again (a pending will's
+    /// ACL survives a restart this way).
+    source: Option<Arc<AclSource>>,
+}
+
+/// The inputs an [`Acl`] was compiled from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AclSource {
+    /// The rules (`None` = unrestricted).
+    pub rules: Option<Vec<Rule>>,
+    /// The username `%u` stood for.
+    pub username: Option<String>,
+    /// The client id `%c` stood for.
+    pub client_id: String,
 }
 
 #[derive(Debug)]
@@ -215,14 +229,24 @@ struct Entry {
 impl Acl {
     /// The ACL of a client with no rule list: everything is allowed.
     pub fn unrestricted() -> Acl {
-        Acl { rules: None }
+        Acl { rules: None, source: None }
+    }
+
+    /// What this ACL was compiled from (`None` for [`Acl::unrestricted`]).
+    pub fn source(&self) -> Option<&AclSource> {
+        self.source.as_deref()
     }
 
     /// Compiles `rules` for one client: substitutes `%u` and `%c` and parses the patterns.
     /// `None` is unrestricted; `Some(&[])` denies everything. A rule whose substitution or
     /// pattern is invalid matches nothing (see the [module documentation](self)).
     pub fn compile(rules: Option<&[Rule]>, username: Option<&str>, client_id: &str) -> Acl {
-        let Some(rules) = rules else { return Acl::unrestricted() };
+        let source = Some(Arc::new(AclSource {
+            rules: rules.map(<[Rule]>::to_vec),
+            username: username.map(str::to_owned),
+            client_id: client_id.to_owned(),
+        }));
+        let Some(rules) = rules else { return Acl { rules: None, source } };
         let mut read = Vec::new();
         let mut write = Vec::new();
         for rule in rules {
@@ -248,6 +272,7 @@ impl Acl {
             .collect();
         Acl {
             rules: Some(Arc::new(Compiled { read: read.into(), write: write.into(), max_levels, x_levels })),
+            source,
         }
     }
 

@@ -8,16 +8,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use crate::acl::{Access, Acl};
+use crate::journal::{Change, Journal};
 use crate::message::{Message, SessionId};
 use crate::mqtt::RetainHandling;
 use crate::retained::{RetainChange, RetainedStore};
 use crate::router::{RouteStats, Router};
+pub use crate::session::RestoredEntry;
 use crate::session::{Delivery, QueueLimits, Session, SessionExpiry, SubscribeOptions, SubscriptionRecord};
 use crate::topic::SubscriptionFilter;
 
@@ -136,6 +138,38 @@ pub struct Broker {
     stats: Stats,
     next_session: AtomicU64,
     next_generation: AtomicU64,
+    journal: OnceLock<Arc<dyn Journal>>,
+}
+
+/// A stored session to bring back at start-up (see [`Broker::restore_session`]).
+#[derive(Debug)]
+pub struct RestoredSession {
+    /// The client id.
+    pub client_id: Arc<str>,
+    /// Its expiry.
+    pub expiry: SessionExpiry,
+    /// When its connection ended (expiry counts from here).
+    pub disconnected_at: Instant,
+    /// Its subscriptions.
+    pub subscriptions: Vec<(SubscriptionFilter, SubscribeOptions)>,
+    /// Its queued and in-flight messages, in entry order.
+    pub entries: Vec<RestoredEntry>,
+    /// Incoming QoS 2 packet ids awaiting PUBREL.
+    pub incoming_qos2: Vec<u16>,
+}
+
+impl RestoredSession {
+    /// A stored session with nothing in it yet.
+    pub fn new(client_id: Arc<str>, expiry: SessionExpiry, disconnected_at: Instant) -> Self {
+        RestoredSession {
+            client_id,
+            expiry,
+            disconnected_at,
+            subscriptions: Vec::new(),
+            entries: Vec::new(),
+            incoming_qos2: Vec::new(),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -156,6 +190,7 @@ impl Broker {
             stats: Stats::default(),
             next_session: AtomicU64::new(1),
             next_generation: AtomicU64::new(1),
+            journal: OnceLock::new(),
         }
     }
 
@@ -232,23 +267,74 @@ impl Broker {
         if let Some(old) = existing {
             if !clean_start && !old.is_ended() {
                 self.unschedule_expiry(&old);
+                old.set_expiry(expiry);
+                self.journal_resumed(&old, expiry);
                 return OpenedSession { session: old, present: true };
             }
             self.end_session(&old, now);
         }
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
         let session = Arc::new(Session::new(id, client_id.clone(), expiry, self.limits.queue));
+        if expiry != SessionExpiry::OnDisconnect {
+            session.set_journal(self.journal().cloned(), true);
+        }
         lock(&self.sessions).insert(client_id.clone(), session.clone());
         OpenedSession { session, present: false }
+    }
+
+    /// The journal durable changes go to, once persistence is on.
+    pub fn journal(&self) -> Option<&Arc<dyn Journal>> {
+        self.journal.get()
+    }
+
+    /// Turns persistence on (after [`Broker::restore_session`] and friends): from now on every
+    /// durable change is recorded. Sessions restored before keep their stored state.
+    pub fn set_journal(&self, journal: &Arc<dyn Journal>) {
+        if self.journal.set(journal.clone()).is_err() {
+            return;
+        }
+        let persistent: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
+        for s in persistent.iter().filter(|s| s.expiry() != SessionExpiry::OnDisconnect) {
+            s.set_journal(Some(journal.clone()), false);
+        }
+    }
+
+    fn record(&self, change: impl FnOnce() -> Change) -> Option<u64> {
+        self.journal().map(|j| j.record(change()))
+    }
+
+    /// A resumed session starts, keeps or stops being journalled as its new expiry says.
+    fn journal_resumed(&self, session: &Session, expiry: SessionExpiry) {
+        let Some(journal) = self.journal() else { return };
+        match (expiry != SessionExpiry::OnDisconnect, session.is_journaled()) {
+            (true, true) => {
+                session.record(|client_id| Change::SessionResumed { client_id: client_id.clone(), expiry });
+            }
+            (true, false) => session.set_journal(Some(journal.clone()), true),
+            (false, true) => {
+                // It now ends with this connection: a crash must not bring it back either.
+                session.record(|client_id| Change::SessionEnded { client_id: client_id.clone() });
+                session.set_journal(None, false);
+            }
+            (false, false) => {}
+        }
     }
 
     /// Publishes a message: updates the retained store if it is retained, then routes it.
     pub fn publish(&self, message: Message) -> RouteStats {
         let message = Arc::new(message);
+        let mut retained_seq = None;
         if message.retain {
-            self.retained.set(&message);
+            let change = self.retained.set(&message);
+            if change != RetainChange::Unchanged {
+                let kept = (!message.payload.is_empty()).then(|| message.clone());
+                retained_seq =
+                    self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
+            }
         }
-        self.route(&message)
+        let mut stats = self.route(&message);
+        stats.durable_seq = stats.durable_seq.max(retained_seq);
+        stats
     }
 
     fn route(&self, message: &Arc<Message>) -> RouteStats {
@@ -278,6 +364,11 @@ impl Broker {
         let text: Arc<str> = Arc::from(filter.as_str());
         let shared = matches!(filter, SubscriptionFilter::Shared { .. });
         let topic_filter = filter.filter().clone();
+        session.record(|client_id| Change::Subscribed {
+            client_id: client_id.clone(),
+            filter: text.clone(),
+            options,
+        });
         session.add_subscription(text, SubscriptionRecord { filter, options });
         let send_retained = match options.retain_handling {
             RetainHandling::SendAtSubscribe => true,
@@ -302,7 +393,13 @@ impl Broker {
     /// Removes a subscription by its text (as the client sent it). Returns whether it existed.
     pub fn unsubscribe(&self, session: &Session, text: &str) -> bool {
         match session.remove_subscription(text) {
-            Some(record) => self.router.unsubscribe(session.id(), &record.filter),
+            Some(record) => {
+                session.record(|client_id| Change::Unsubscribed {
+                    client_id: client_id.clone(),
+                    filter: text.into(),
+                });
+                self.router.unsubscribe(session.id(), &record.filter)
+            }
             None => false,
         }
     }
@@ -327,7 +424,15 @@ impl Broker {
             return;
         }
         self.redispatch_shared(session);
-        match session.expiry() {
+        let expiry = session.expiry();
+        if expiry != SessionExpiry::OnDisconnect {
+            session.record(|client_id| Change::SessionDisconnected {
+                client_id: client_id.clone(),
+                at: SystemTime::now(),
+                expiry,
+            });
+        }
+        match expiry {
             SessionExpiry::OnDisconnect => {
                 if let Some(will) = will {
                     self.publish_will(will, now);
@@ -365,6 +470,7 @@ impl Broker {
     /// to other members, and it leaves the registry.
     pub fn end_session(&self, session: &Arc<Session>, now: Instant) {
         let _ = now;
+        session.record(|client_id| Change::SessionEnded { client_id: client_id.clone() });
         for (_, record) in session.subscriptions() {
             self.router.unsubscribe(session.id(), &record.filter);
         }
@@ -389,6 +495,9 @@ impl Broker {
             let key = t.will_keys.remove(session.client_id());
             key.and_then(|k| t.wills.remove(&k))
         };
+        if pending_will.is_some() {
+            self.record(|| Change::WillCancelled { client_id: session.client_id().clone() });
+        }
         if let Some(w) = pending_will {
             self.publish_will(w.will, now);
         }
@@ -413,6 +522,8 @@ impl Broker {
         if let Some(old) = t.will_keys.insert(client_id.clone(), key) {
             t.wills.remove(&old);
         }
+        let wall = SystemTime::now() + at.saturating_duration_since(Instant::now());
+        self.record(|| Change::WillScheduled { client_id: client_id.clone(), will: will.clone(), at: wall });
         t.wills.insert(key, DelayedWill { client_id, will });
         drop(t);
         self.timers_changed.notify_one();
@@ -421,10 +532,12 @@ impl Broker {
     /// Cancels the pending delayed will of `client_id`; returns whether there was one.
     pub fn cancel_will(&self, client_id: &str) -> bool {
         let mut t = lock(&self.timers);
-        match t.will_keys.remove(client_id) {
-            Some(key) => t.wills.remove(&key).is_some(),
-            None => false,
+        let Some(key) = t.will_keys.remove(client_id) else { return false };
+        let removed = t.wills.remove(&key);
+        if let Some(w) = &removed {
+            self.record(|| Change::WillCancelled { client_id: w.client_id.clone() });
         }
+        removed.is_some()
     }
 
     fn schedule_expiry(&self, session: &Session, at: Instant) {
@@ -434,6 +547,47 @@ impl Broker {
 
     fn unschedule_expiry(&self, session: &Session) {
         lock(&self.timers).expiries.retain(|(_, id), _| *id != session.id());
+    }
+
+    /// Brings back a stored session (offline) at start-up, before [`Broker::set_journal`]:
+    /// its subscriptions join the router, its queue and in-flight window are as they were, and
+    /// its expiry counts from when its connection ended.
+    pub fn restore_session(&self, stored: RestoredSession, now: Instant) {
+        let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
+        let session = Arc::new(Session::restore(
+            id,
+            stored.client_id.clone(),
+            stored.expiry,
+            self.limits.queue,
+            stored.disconnected_at,
+            stored.entries,
+            stored.incoming_qos2,
+        ));
+        for (filter, options) in stored.subscriptions {
+            self.router.subscribe(&session, &filter, options);
+            session.add_subscription(Arc::from(filter.as_str()), SubscriptionRecord { filter, options });
+        }
+        lock(&self.sessions).insert(stored.client_id, session.clone());
+        match stored.expiry {
+            SessionExpiry::After(keep) => self.schedule_expiry(&session, stored.disconnected_at + keep),
+            SessionExpiry::OnDisconnect => self.schedule_expiry(&session, now),
+            SessionExpiry::Never => {}
+        }
+    }
+
+    /// Brings back a stored retained message at start-up.
+    pub fn restore_retained(&self, message: &Arc<Message>) {
+        self.retained.set(message);
+    }
+
+    /// Brings back a stored delayed will at start-up (`at` may be in the past: it goes out at
+    /// the first tick).
+    pub fn restore_will(&self, client_id: Arc<str>, will: Will, at: Instant) {
+        let mut t = lock(&self.timers);
+        t.seq += 1;
+        let key = (at, t.seq);
+        t.will_keys.insert(client_id.clone(), key);
+        t.wills.insert(key, DelayedWill { client_id, will });
     }
 
     /// Fires everything due at `now` (delayed wills, session expiries, the retained sweep) and
@@ -448,6 +602,7 @@ impl Broker {
                 }
                 let w = entry.remove();
                 t.will_keys.remove(&w.client_id);
+                self.record(|| Change::WillCancelled { client_id: w.client_id.clone() });
                 wills.push(w.will);
             }
             let mut expired = Vec::new();

@@ -20,12 +20,15 @@
 //!   window, QoS 2 state, the receiver ACL; woken connections drain it.
 //! - [`router`]: the sharded subscription index and the fan-out of one publish.
 //! - [`retained`]: the retained-message store.
+//! - [`journal`]: the [`journal::Change`]s to durable state the core records for a persistence
+//!   layer, and the [`journal::Journal`] trait it records them into.
 //! - [`broker`]: [`broker::Broker`] — the session registry, takeover locks, wills, expiry timers
 //!   and statistics, over the router and the retained store.
 
 pub mod acl;
 pub mod auth;
 pub mod broker;
+pub mod journal;
 pub mod message;
 pub mod mqtt;
 pub mod retained;

@@ -77,6 +77,9 @@ pub struct RouteStats {
     pub filtered: usize,
     /// Sessions whose queue limits dropped it (or dropped an older message for it).
     pub dropped: usize,
+    /// The highest journal sequence number recorded while routing (a persistent session queued
+    /// it): under durability `always` the publisher's acknowledgement waits for it.
+    pub durable_seq: Option<u64>,
 }
 
 /// The subscription index and delivery fan-out.
@@ -230,9 +233,56 @@ impl Router {
                 subscription_ids: t.subscription_ids,
                 shared: t.shared,
             };
-            count(&mut stats, t.session.enqueue(delivery, t.no_local));
+            let refused = delivery.shared.is_some().then(|| delivery.clone());
+            let (mut outcome, mut seq) = t.session.enqueue_journaled(delivery, t.no_local);
+            if let (Enqueued::Filtered, Some(delivery)) = (outcome, refused) {
+                (outcome, seq) = self.offer_to_group(&delivery, t.session.id());
+            }
+            stats.durable_seq = stats.durable_seq.max(seq);
+            count(&mut stats, outcome);
         }
         stats
+    }
+
+    /// Offers a shared-group message that the chosen member may not read to the group's other
+    /// members, online ones first, until one takes it. The topic does not exist for that
+    /// member, but it does for the group: one member's ACL must not make the message vanish for
+    /// members that may read it.
+    fn offer_to_group(&self, delivery: &Delivery, refused_by: SessionId) -> (Enqueued, Option<u64>) {
+        let Some(route) = &delivery.shared else { return (Enqueued::Filtered, None) };
+        let Ok(filter) = SubscriptionFilter::parse(&route.subscription) else {
+            return (Enqueued::Filtered, None);
+        };
+        let mut others: Vec<(Arc<Session>, SubscribeOptions)> = {
+            let trie = read(self.shard_for_filter(filter.filter()));
+            trie.get(filter.filter())
+                .and_then(|entry| entry.groups.iter().find(|g| g.name == route.group))
+                .map(|group| {
+                    group
+                        .members
+                        .iter()
+                        .filter(|m| m.session.id() != refused_by)
+                        .map(|m| (m.session.clone(), m.options))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        others.sort_by_key(|(session, _)| !session.is_online());
+        for (session, options) in others {
+            let message = &delivery.message;
+            let offer = Delivery {
+                message: message.clone(),
+                qos: message.qos.min(options.qos),
+                retain: options.retain_as_published && message.retain,
+                subscription_ids: options.subscription_id.into_iter().collect(),
+                shared: delivery.shared.clone(),
+            };
+            let (outcome, seq) = session.enqueue_journaled(offer, false);
+            if outcome != Enqueued::Filtered {
+                return (outcome, seq);
+            }
+        }
+        (Enqueued::Filtered, None)
     }
 
     /// Hands a delivery that a leaving shared-group member did not acknowledge to another
@@ -509,6 +559,31 @@ mod tests {
         assert!(r.unsubscribe(SessionId(1), &sub("$share/g/t/#")));
         assert!(!r.unsubscribe(SessionId(1), &sub("$share/g/t/#")));
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_shared_message_the_chosen_member_may_not_read_goes_to_one_that_may() {
+        let r = Router::new();
+        let (a, b, c) = (session(1), session(2), session(3));
+        let no_secrets = [
+            crate::acl::Rule::new("secret/#", crate::acl::Permission::Deny),
+            crate::acl::Rule::new("#", crate::acl::Permission::Read),
+        ];
+        a.set_acl(Acl::compile(Some(&no_secrets), None, "c1"));
+        for s in [&a, &b, &c] {
+            r.subscribe(s, &sub("$share/g/#"), opts(QoS::AtLeastOnce, None));
+        }
+        c.detach(1, Instant::now());
+        for _ in 0..4 {
+            assert_eq!(r.route(&msg("secret/x", QoS::AtLeastOnce, None)).delivered, 1);
+        }
+        assert_eq!((a.queue_len(), b.queue_len(), c.queue_len()), (0, 4, 0), "online members first");
+        b.set_acl(Acl::compile(Some(&no_secrets), None, "c2"));
+        assert_eq!(r.route(&msg("secret/x", QoS::AtLeastOnce, None)).delivered, 1);
+        assert_eq!(c.queue_len(), 1, "an offline member that may read it keeps it for later");
+        c.set_acl(Acl::compile(Some(&no_secrets), None, "c3"));
+        let stats = r.route(&msg("secret/x", QoS::AtLeastOnce, None));
+        assert_eq!((stats.delivered, stats.filtered), (0, 1), "nobody may read it");
     }
 
     #[test]

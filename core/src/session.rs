@@ -20,6 +20,7 @@ use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::acl::{Access, Acl};
+use crate::journal::{Change, Journal};
 use crate::message::{Message, SessionId};
 use crate::mqtt::{QoS, ReasonCode, RetainHandling};
 use crate::topic::SubscriptionFilter;
@@ -103,6 +104,15 @@ struct Inflight {
     state: OutboundState,
     /// Send order, so a resend after reconnect keeps the original order.
     seq: u64,
+    /// The session-local entry number the journal knows it by.
+    entry: u64,
+}
+
+/// A delivery waiting in the queue, with its journal entry number.
+#[derive(Debug)]
+struct Queued {
+    entry: u64,
+    delivery: Delivery,
 }
 
 /// What the connection must write next.
@@ -181,7 +191,12 @@ pub struct SubscriptionRecord {
 
 #[derive(Debug)]
 struct State {
-    queue: VecDeque<Delivery>,
+    queue: VecDeque<Queued>,
+    /// The next journal entry number.
+    next_entry: u64,
+    /// Where durable changes go; `None` for a session that ends with its connection (or when
+    /// the broker keeps no state).
+    journal: Option<Arc<dyn Journal>>,
     queued_bytes: usize,
     inflight: HashMap<u16, Inflight>,
     send_seq: u64,
@@ -225,6 +240,8 @@ impl Session {
             online: AtomicBool::new(false),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
+                next_entry: 1,
+                journal: None,
                 queued_bytes: 0,
                 inflight: HashMap::new(),
                 send_seq: 0,
@@ -354,8 +371,9 @@ impl Session {
     pub fn end(&self) -> Vec<Delivery> {
         let mut s = self.state();
         s.ended = true;
+        s.journal = None;
         s.queued_bytes = 0;
-        let mut left: Vec<Delivery> = s.queue.drain(..).collect();
+        let mut left: Vec<Delivery> = s.queue.drain(..).map(|q| q.delivery).collect();
         left.extend(s.inflight.drain().map(|(_, f)| f.delivery));
         left
     }
@@ -392,41 +410,60 @@ impl Session {
     /// Pushes a delivery, applying the receiver's ACL, no-local and the queue limits, and wakes
     /// the connection. Called by the router on the publisher's task.
     pub fn enqueue(&self, delivery: Delivery, no_local: bool) -> Enqueued {
+        self.enqueue_journaled(delivery, no_local).0
+    }
+
+    /// As [`Session::enqueue`], also returning the journal sequence number of the change, if
+    /// the delivery was journalled (a QoS 1/2 message for a persistent session): its sender's
+    /// acknowledgement must wait for it under durability `always`.
+    pub fn enqueue_journaled(&self, delivery: Delivery, no_local: bool) -> (Enqueued, Option<u64>) {
         if no_local && delivery.message.origin.session == Some(self.id) {
-            return Enqueued::Filtered;
+            return (Enqueued::Filtered, None);
         }
         let mut s = self.state();
         if s.ended || !s.acl.allows(Access::Read, &delivery.message.topic) {
-            return Enqueued::Filtered;
+            return (Enqueued::Filtered, None);
         }
         if delivery.qos == QoS::AtMostOnce && s.connection.is_none() && !s.limits.queue_qos0_offline {
             s.dropped += 1;
-            return Enqueued::Dropped;
+            return (Enqueued::Dropped, None);
         }
         let weight = delivery.weight();
         let mut outcome = Enqueued::Queued;
         while s.queue.len() >= s.limits.max_messages
             || (!s.queue.is_empty() && s.queued_bytes + weight > s.limits.max_bytes)
         {
-            match s.queue.iter().position(|d| d.qos == QoS::AtMostOnce) {
+            // QoS 0 messages are never journalled, so dropping one needs no record.
+            match s.queue.iter().position(|q| q.delivery.qos == QoS::AtMostOnce) {
                 Some(oldest_qos0) => {
-                    let gone = s.queue.remove(oldest_qos0).map_or(0, |d| d.weight());
+                    let gone = s.queue.remove(oldest_qos0).map_or(0, |q| q.delivery.weight());
                     s.queued_bytes -= gone;
                     s.dropped += 1;
                     outcome = Enqueued::QueuedDroppingOldest;
                 }
                 None => {
                     s.dropped += 1;
-                    return Enqueued::Dropped;
+                    return (Enqueued::Dropped, None);
                 }
             }
         }
+        let entry = s.next_entry;
+        s.next_entry += 1;
+        let seq = if delivery.qos == QoS::AtMostOnce {
+            None
+        } else {
+            s.record(|| Change::Queued {
+                client_id: self.client_id.clone(),
+                entry,
+                delivery: delivery.clone(),
+            })
+        };
         s.queued_bytes += weight;
-        s.queue.push_back(delivery);
+        s.queue.push_back(Queued { entry, delivery });
         if let Some(w) = s.waker.take() {
             w.wake();
         }
-        outcome
+        (outcome, seq)
     }
 
     /// Moves queued messages into `out` for connection `generation`, allocating packet ids for
@@ -453,17 +490,21 @@ impl Session {
         }
         while stats.taken < max_batch {
             let Some(front) = s.queue.front() else { break };
-            if front.qos != QoS::AtMostOnce && s.inflight.len() >= window {
+            if front.delivery.qos != QoS::AtMostOnce && s.inflight.len() >= window {
                 break;
             }
-            let Some(delivery) = s.queue.pop_front() else { break };
+            let Some(Queued { entry, delivery }) = s.queue.pop_front() else { break };
             s.queued_bytes -= delivery.weight();
-            if delivery.message.is_expired(now) {
-                stats.expired += 1;
-                continue;
-            }
-            if !s.acl.allows(Access::Read, &delivery.message.topic) {
-                stats.filtered += 1;
+            let expired = delivery.message.is_expired(now);
+            if expired || !s.acl.allows(Access::Read, &delivery.message.topic) {
+                if expired {
+                    stats.expired += 1;
+                } else {
+                    stats.filtered += 1;
+                }
+                if delivery.qos != QoS::AtMostOnce {
+                    s.record(|| Change::Done { client_id: self.client_id.clone(), entry });
+                }
                 continue;
             }
             stats.taken += 1;
@@ -477,13 +518,21 @@ impl Session {
             } else {
                 OutboundState::AwaitPubRec
             };
+            let recorded =
+                s.record(|| Change::InFlight { client_id: self.client_id.clone(), entry, packet_id });
+            // A QoS 2 message may go out only once its packet id is on disk: resent after a
+            // crash with another id, the client would take it for a new message.
+            if delivery.qos == QoS::ExactlyOnce {
+                stats.gate = stats.gate.max(recorded);
+            }
             s.send_seq += 1;
             let seq = s.send_seq;
-            s.inflight.insert(packet_id, Inflight { delivery: delivery.clone(), state, seq });
+            s.inflight.insert(packet_id, Inflight { delivery: delivery.clone(), state, seq, entry });
             out.push(Outgoing::Publish { delivery, packet_id: Some(packet_id), dup: false });
         }
         stats.more = !s.queue.is_empty()
-            && (s.queue.front().is_some_and(|d| d.qos == QoS::AtMostOnce) || s.inflight.len() < window);
+            && (s.queue.front().is_some_and(|q| q.delivery.qos == QoS::AtMostOnce)
+                || s.inflight.len() < window);
         stats
     }
 
@@ -508,7 +557,7 @@ impl Session {
         let mut s = self.state();
         match s.inflight.get(&packet_id) {
             Some(f) if f.state == OutboundState::AwaitPubAck => {
-                s.inflight.remove(&packet_id);
+                s.finish(&self.client_id, packet_id);
                 true
             }
             _ => false,
@@ -520,20 +569,21 @@ impl Session {
     /// PUBREL; with an error code the exchange ends here.
     pub fn pubrec(&self, packet_id: u16, reason: ReasonCode) -> PubRecOutcome {
         let mut s = self.state();
-        match s.inflight.get_mut(&packet_id) {
-            Some(f) if f.state == OutboundState::AwaitPubRec => {
-                if reason.is_error() {
-                    s.inflight.remove(&packet_id);
-                    PubRecOutcome::Ended
-                } else {
-                    f.state = OutboundState::AwaitPubComp;
-                    PubRecOutcome::SendPubRel
-                }
-            }
+        let entry = match s.inflight.get(&packet_id) {
+            Some(f) if f.state == OutboundState::AwaitPubRec => f.entry,
             // A repeated PUBREC: answer with PUBREL again.
-            Some(f) if f.state == OutboundState::AwaitPubComp => PubRecOutcome::SendPubRel,
-            _ => PubRecOutcome::Unknown,
+            Some(f) if f.state == OutboundState::AwaitPubComp => return PubRecOutcome::SendPubRel,
+            _ => return PubRecOutcome::Unknown,
+        };
+        if reason.is_error() {
+            s.finish(&self.client_id, packet_id);
+            return PubRecOutcome::Ended;
         }
+        if let Some(f) = s.inflight.get_mut(&packet_id) {
+            f.state = OutboundState::AwaitPubComp;
+        }
+        s.record(|| Change::Released { client_id: self.client_id.clone(), entry });
+        PubRecOutcome::SendPubRel
     }
 
     /// Handles a PUBCOMP. Returns false if the id was not awaiting one.
@@ -541,7 +591,7 @@ impl Session {
         let mut s = self.state();
         match s.inflight.get(&packet_id) {
             Some(f) if f.state == OutboundState::AwaitPubComp => {
-                s.inflight.remove(&packet_id);
+                s.finish(&self.client_id, packet_id);
                 true
             }
             _ => false,
@@ -551,7 +601,7 @@ impl Session {
     /// Forgets an in-flight message without an acknowledgement (it could not be sent: larger
     /// than the client's maximum packet size). Returns whether the id was in flight.
     pub fn discard_inflight(&self, packet_id: u16) -> bool {
-        self.state().inflight.remove(&packet_id).is_some()
+        self.state().finish(&self.client_id, packet_id)
     }
 
     /// How many QoS 1/2 messages are in flight to the client.
@@ -576,11 +626,19 @@ impl Session {
         let mut s = self.state();
         let mut taken = Vec::new();
         let mut keep = VecDeque::with_capacity(s.queue.len());
-        for d in s.queue.drain(..) {
-            if d.shared.is_some() { taken.push(d) } else { keep.push_back(d) }
+        let mut done = Vec::new();
+        for q in s.queue.drain(..) {
+            if q.delivery.shared.is_some() {
+                if q.delivery.qos != QoS::AtMostOnce {
+                    done.push(q.entry);
+                }
+                taken.push(q.delivery);
+            } else {
+                keep.push_back(q);
+            }
         }
         s.queue = keep;
-        s.queued_bytes = s.queue.iter().map(Delivery::weight).sum();
+        s.queued_bytes = s.queue.iter().map(|q| q.delivery.weight()).sum();
         let ids: Vec<u16> = s
             .inflight
             .iter()
@@ -589,6 +647,10 @@ impl Session {
             .collect();
         let mut unacked: Vec<Inflight> = ids.into_iter().filter_map(|id| s.inflight.remove(&id)).collect();
         unacked.sort_by_key(|f| f.seq);
+        done.extend(unacked.iter().map(|f| f.entry));
+        for entry in done {
+            s.record(|| Change::Done { client_id: self.client_id.clone(), entry });
+        }
         let mut all: Vec<Delivery> = unacked.into_iter().map(|f| f.delivery).collect();
         all.append(&mut taken);
         all
@@ -597,9 +659,16 @@ impl Session {
     // ----------------------------------------------------------------- the inbound QoS 2 path
 
     /// Records an incoming QoS 2 PUBLISH id. Returns true the first time (route the message),
-    /// false for a duplicate that must only be acknowledged again.
-    pub fn incoming_qos2(&self, packet_id: u16) -> bool {
-        self.state().incoming_qos2.insert(packet_id)
+    /// false for a duplicate that must only be acknowledged again; and the journal sequence
+    /// number PUBREC must wait for under durability `always`.
+    pub fn incoming_qos2(&self, packet_id: u16) -> (bool, Option<u64>) {
+        let mut s = self.state();
+        if !s.incoming_qos2.insert(packet_id) {
+            return (false, None);
+        }
+        let seq =
+            s.record(|| Change::IncomingQos2 { client_id: self.client_id.clone(), packet_id, pending: true });
+        (true, seq)
     }
 
     /// How many incoming QoS 2 messages await PUBREL (counted against the receive maximum).
@@ -607,10 +676,131 @@ impl Session {
         self.state().incoming_qos2.len()
     }
 
-    /// Handles a PUBREL; returns whether the id was known.
-    pub fn pubrel(&self, packet_id: u16) -> bool {
-        self.state().incoming_qos2.remove(&packet_id)
+    /// Handles a PUBREL; returns whether the id was known, and the journal sequence number
+    /// PUBCOMP must wait for (once the client has PUBCOMP it may reuse the id, so the release
+    /// must be on disk first, or a restart would take the new message for a duplicate).
+    pub fn pubrel(&self, packet_id: u16) -> (bool, Option<u64>) {
+        let mut s = self.state();
+        if !s.incoming_qos2.remove(&packet_id) {
+            return (false, None);
+        }
+        let seq = s.record(|| Change::IncomingQos2 {
+            client_id: self.client_id.clone(),
+            packet_id,
+            pending: false,
+        });
+        (true, seq)
     }
+
+    // ----------------------------------------------------------------- durability
+
+    /// Whether changes to this session are journalled.
+    pub fn is_journaled(&self) -> bool {
+        self.state().journal.is_some()
+    }
+
+    /// Starts or stops journalling this session. Starting writes a full picture of it (the
+    /// journal may have nothing of it yet: a session becomes persistent when a connection with
+    /// a session expiry takes over one that had none).
+    pub fn set_journal(&self, journal: Option<Arc<dyn Journal>>, opened: bool) {
+        let mut s = self.state();
+        s.journal = journal;
+        if !opened {
+            return;
+        }
+        let client_id = self.client_id.clone();
+        let expiry = s.expiry;
+        s.record(|| Change::SessionOpened { client_id: client_id.clone(), expiry });
+        let subscriptions: Vec<Change> = s
+            .subscriptions
+            .iter()
+            .map(|(filter, r)| Change::Subscribed {
+                client_id: client_id.clone(),
+                filter: filter.clone(),
+                options: r.options,
+            })
+            .collect();
+        let mut entries: Vec<Change> = Vec::new();
+        let mut inflight: Vec<(u16, &Inflight)> = s.inflight.iter().map(|(&id, f)| (id, f)).collect();
+        inflight.sort_by_key(|(_, f)| f.seq);
+        for (packet_id, f) in inflight {
+            entries.push(Change::Queued {
+                client_id: client_id.clone(),
+                entry: f.entry,
+                delivery: f.delivery.clone(),
+            });
+            entries.push(Change::InFlight { client_id: client_id.clone(), entry: f.entry, packet_id });
+            if f.state == OutboundState::AwaitPubComp {
+                entries.push(Change::Released { client_id: client_id.clone(), entry: f.entry });
+            }
+        }
+        for q in s.queue.iter().filter(|q| q.delivery.qos != QoS::AtMostOnce) {
+            entries.push(Change::Queued {
+                client_id: client_id.clone(),
+                entry: q.entry,
+                delivery: q.delivery.clone(),
+            });
+        }
+        let incoming: Vec<Change> = s
+            .incoming_qos2
+            .iter()
+            .map(|&packet_id| Change::IncomingQos2 { client_id: client_id.clone(), packet_id, pending: true })
+            .collect();
+        for change in subscriptions.into_iter().chain(entries).chain(incoming) {
+            s.record(|| change);
+        }
+    }
+
+    /// A session read back from durable storage: offline, disconnected at `disconnected_at`,
+    /// with its queue (in entry order) and in-flight messages as they were.
+    pub fn restore(
+        id: SessionId,
+        client_id: Arc<str>,
+        expiry: SessionExpiry,
+        limits: QueueLimits,
+        disconnected_at: Instant,
+        entries: Vec<RestoredEntry>,
+        incoming_qos2: Vec<u16>,
+    ) -> Session {
+        let session = Session::new(id, client_id, expiry, limits);
+        {
+            let mut s = session.state();
+            s.disconnected_at = Some(disconnected_at);
+            for RestoredEntry { entry, delivery, inflight } in entries {
+                s.next_entry = s.next_entry.max(entry + 1);
+                match inflight {
+                    Some((packet_id, state)) => {
+                        s.send_seq += 1;
+                        let seq = s.send_seq;
+                        s.inflight.insert(packet_id, Inflight { delivery, state, seq, entry });
+                    }
+                    None => {
+                        s.queued_bytes += delivery.weight();
+                        s.queue.push_back(Queued { entry, delivery });
+                    }
+                }
+            }
+            s.incoming_qos2.extend(incoming_qos2);
+        }
+        session
+    }
+
+    /// Records a change about this session if it is journalled; returns its sequence number.
+    pub(crate) fn record(&self, change: impl FnOnce(&Arc<str>) -> Change) -> Option<u64> {
+        let s = self.state();
+        s.record(|| change(&self.client_id))
+    }
+}
+
+/// One stored queue entry, read back at start-up.
+#[derive(Debug)]
+pub struct RestoredEntry {
+    /// The journal entry number.
+    pub entry: u64,
+    /// The delivery.
+    pub delivery: Delivery,
+    /// The packet id and state, if it was in flight.
+    pub inflight: Option<(u16, OutboundState)>,
 }
 
 /// What [`Session::pubrec`] decided.
@@ -635,9 +825,23 @@ pub struct DrainStats {
     pub filtered: usize,
     /// Whether more could be taken right away (the batch limit stopped it).
     pub more: bool,
+    /// Under durability `always`, the journal sequence number the output must wait for.
+    pub gate: Option<u64>,
 }
 
 impl State {
+    /// Journals a change if this session is journalled.
+    fn record(&self, change: impl FnOnce() -> Change) -> Option<u64> {
+        self.journal.as_ref().map(|j| j.record(change()))
+    }
+
+    /// Ends an in-flight message (acknowledged or discarded).
+    fn finish(&mut self, client_id: &Arc<str>, packet_id: u16) -> bool {
+        let Some(f) = self.inflight.remove(&packet_id) else { return false };
+        self.record(|| Change::Done { client_id: client_id.clone(), entry: f.entry });
+        true
+    }
+
     /// The next packet id not in flight. With at most 65,535 ids and a window far below that,
     /// the scan ends after a step or two.
     fn allocate_packet_id(&mut self) -> u16 {
@@ -787,11 +991,11 @@ mod tests {
     #[test]
     fn incoming_qos2_is_routed_once_until_released() {
         let s = online(10);
-        assert!(s.incoming_qos2(7));
-        assert!(!s.incoming_qos2(7), "duplicate before PUBREL");
-        assert!(s.pubrel(7));
-        assert!(!s.pubrel(7));
-        assert!(s.incoming_qos2(7), "the id may be reused after PUBCOMP");
+        assert!(s.incoming_qos2(7).0);
+        assert!(!s.incoming_qos2(7).0, "duplicate before PUBREL");
+        assert!(s.pubrel(7).0);
+        assert!(!s.pubrel(7).0);
+        assert!(s.incoming_qos2(7).0, "the id may be reused after PUBCOMP");
     }
 
     #[test]

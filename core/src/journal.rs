@@ -1,0 +1,149 @@
+//! The journal: every change to durable broker state, as it happens, for a persistence layer to
+//! write down.
+//!
+//! The core stays free of storage: sessions, the broker and the retained store call
+//! [`Journal::record`] with a [`Change`] while they change their state (with their own lock
+//! held, so the order of changes is the order of events), and get back a sequence number. A
+//! front end that must not acknowledge before the change is on disk (durability `always`) asks
+//! [`Journal::poll_durable`] for that number before it writes the acknowledgement.
+//!
+//! Only what a client was promised is journalled: persistent sessions (they outlive their
+//! connection) with their subscriptions, QoS 1 and 2 messages queued or in flight for them,
+//! incoming QoS 2 packet ids awaiting release, retained messages, and delayed wills. QoS 0
+//! messages and sessions that end with their connection are never written.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::SystemTime;
+
+use crate::broker::Will;
+use crate::message::Message;
+use crate::session::{Delivery, SessionExpiry, SubscribeOptions};
+use crate::topic::TopicName;
+
+/// One change to durable state.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Change {
+    /// A new persistent session (replacing anything stored under that client id).
+    SessionOpened {
+        /// The client id.
+        client_id: Arc<str>,
+        /// Its expiry.
+        expiry: SessionExpiry,
+    },
+    /// A stored session got a connection again.
+    SessionResumed {
+        /// The client id.
+        client_id: Arc<str>,
+        /// Its expiry from now on.
+        expiry: SessionExpiry,
+    },
+    /// The session's connection ended; its expiry counts from `at`.
+    SessionDisconnected {
+        /// The client id.
+        client_id: Arc<str>,
+        /// When, on the wall clock (expiry keeps counting across restarts).
+        at: SystemTime,
+        /// Its expiry (a 5.0 DISCONNECT may have changed it).
+        expiry: SessionExpiry,
+    },
+    /// The session ended (expired, cleaned, or taken over with clean start).
+    SessionEnded {
+        /// The client id.
+        client_id: Arc<str>,
+    },
+    /// A subscription was added or replaced.
+    Subscribed {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The subscription as the client sent it (`$share/...` included).
+        filter: Arc<str>,
+        /// Its options.
+        options: SubscribeOptions,
+    },
+    /// A subscription was removed.
+    Unsubscribed {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The subscription text.
+        filter: Arc<str>,
+    },
+    /// A QoS 1/2 message was queued for the session as entry `entry`.
+    Queued {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The session-local entry number.
+        entry: u64,
+        /// The delivery (message, QoS, retain flag, subscription ids, shared route).
+        delivery: Delivery,
+    },
+    /// Entry `entry` was sent with `packet_id` and awaits PUBACK / PUBREC.
+    InFlight {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The entry.
+        entry: u64,
+        /// The packet id it was sent with.
+        packet_id: u16,
+    },
+    /// PUBREC arrived for entry `entry`: the message is delivered, PUBREL awaits PUBCOMP.
+    Released {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The entry.
+        entry: u64,
+    },
+    /// Entry `entry` is finished (acknowledged, expired, dropped, or handed to another member of
+    /// a shared group).
+    Done {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The entry.
+        entry: u64,
+    },
+    /// An incoming QoS 2 packet id was recorded (`pending = true`) or released by PUBREL.
+    IncomingQos2 {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The packet id.
+        packet_id: u16,
+        /// Whether it now awaits PUBREL.
+        pending: bool,
+    },
+    /// The retained message of `topic` was set (`Some`) or deleted (`None`).
+    Retained {
+        /// The topic.
+        topic: TopicName,
+        /// The message, compacted.
+        message: Option<Arc<Message>>,
+    },
+    /// A will was scheduled to be published at `at`.
+    WillScheduled {
+        /// The client id.
+        client_id: Arc<str>,
+        /// The will.
+        will: Will,
+        /// When, on the wall clock.
+        at: SystemTime,
+    },
+    /// A scheduled will was cancelled or published.
+    WillCancelled {
+        /// The client id.
+        client_id: Arc<str>,
+    },
+}
+
+/// Where changes go.
+pub trait Journal: Send + Sync + fmt::Debug {
+    /// Records a change and returns its sequence number (increasing). Must not block on I/O: it
+    /// is called with session locks held.
+    fn record(&self, change: Change) -> u64;
+
+    /// Whether acknowledgements must wait until their changes are durable (`always`).
+    fn acks_wait_for_disk(&self) -> bool;
+
+    /// Whether every change up to `seq` is durable; if not, `waker` is woken when it is.
+    fn poll_durable(&self, seq: u64, waker: &Waker) -> bool;
+}
