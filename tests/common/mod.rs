@@ -427,3 +427,623 @@ impl Raw {
         seen
     }
 }
+
+// ---------------------------------------------------------------------------- authentication
+
+/// A storage directory shared by the `mesgd` command line and an in-process server, signed
+/// tokens, and MQTT clients of either protocol version behind one interface, for the tests of
+/// the provider chain and the ACL.
+pub mod auth {
+    use std::collections::VecDeque;
+    use std::path::PathBuf;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::*;
+
+    /// The HS256 key of the jwt provider in these tests.
+    pub const JWT_SECRET: &str = "an HS256 key of at least thirty-two bytes, for tests only";
+
+    /// A `[[auth.providers]]` table for the jwt provider with [`JWT_SECRET`] and `extra` keys.
+    pub fn jwt_provider(extra: &str) -> String {
+        format!("[[auth.providers]]\ntype = \"jwt\"\nsecret = {JWT_SECRET:?}\n{extra}\n")
+    }
+
+    /// Seconds since the Unix epoch.
+    pub fn unix_now() -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs()
+    }
+
+    /// An HS256 token over `claims`, signed with `secret`.
+    pub fn sign_with(claims: &serde_json::Value, secret: &[u8]) -> String {
+        let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        jsonwebtoken::encode(&header, claims, &jsonwebtoken::EncodingKey::from_secret(secret)).expect("signs")
+    }
+
+    /// A token for `sub` valid for ten minutes, with `acl` as its ACL claim (`None`: no claim).
+    pub fn token(sub: &str, acl: Option<serde_json::Value>) -> String {
+        let mut claims = serde_json::json!({"sub": sub, "exp": unix_now() + 600});
+        if let Some(acl) = acl {
+            claims["acl"] = acl;
+        }
+        sign_with(&claims, JWT_SECRET.as_bytes())
+    }
+
+    /// A storage directory with a config file naming it, so that `mesgd --config <file> user ...`
+    /// and a server started with [`TestServer::start_on`] use the same `config.db`.
+    pub struct Storage {
+        pub dir: tempfile::TempDir,
+        pub config: PathBuf,
+    }
+
+    impl Storage {
+        /// A fresh directory. New passwords are hashed with the smallest PBKDF2 count: the
+        /// command line has no switch for it (the provider's `pbkdf2_iterations` is applied when
+        /// a server starts), so the setting is written through the store API before any user
+        /// exists.
+        pub fn new() -> Storage {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let config = dir.path().join("mesgd.toml");
+            let text = format!(
+                "[storage]\ndir = {:?}\n[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n",
+                dir.path().display().to_string()
+            );
+            std::fs::write(&config, text).expect("write the config file");
+            let db = mesgd_providers::builtin::config_db_path(dir.path());
+            mesgd_providers::builtin::Store::open(&db)
+                .expect("user store")
+                .set_pbkdf2_iterations(mesgd_providers::builtin::password::MIN_PBKDF2_ITERATIONS)
+                .expect("fast hashes for tests");
+            Storage { dir, config }
+        }
+
+        /// Runs the real binary: `mesgd --config <file> <args>`, with `stdin` on its standard
+        /// input. Returns (success, stdout, stderr).
+        pub async fn run(&self, args: &[&str], stdin: &str) -> (bool, String, String) {
+            use tokio::io::AsyncWriteExt as _;
+            let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesgd"))
+                .arg("--config")
+                .arg(&self.config)
+                .args(args)
+                .env_remove("MESGD_CONFIG")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("mesgd runs");
+            let mut input = child.stdin.take().expect("stdin");
+            input.write_all(stdin.as_bytes()).await.expect("write stdin");
+            drop(input);
+            let out = within("mesgd to exit", child.wait_with_output()).await.expect("mesgd output");
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+
+        /// Runs `mesgd <args>` and panics unless it succeeds; returns its output.
+        pub async fn mesgd(&self, args: &[&str], stdin: &str) -> String {
+            let (ok, out, err) = self.run(args, stdin).await;
+            assert!(ok, "mesgd {args:?} failed: {err}");
+            out
+        }
+
+        /// `mesgd user add NAME --password-stdin`, the password on standard input.
+        pub async fn add_user(&self, name: &str, password: &str) {
+            self.mesgd(&["user", "add", name, "--password-stdin"], &format!("{password}\n")).await;
+        }
+
+        /// `mesgd acl add NAME PATTERN PERMISSION`.
+        pub async fn add_rule(&self, name: &str, pattern: &str, permission: &str) {
+            self.mesgd(&["acl", "add", name, pattern, permission], "").await;
+        }
+    }
+
+    impl TestServer {
+        /// Starts a server on `storage`'s directory, with `body` after the listener.
+        pub async fn start_on(storage: &Storage, body: &str) -> TestServer {
+            let own = tempfile::tempdir().expect("temp dir");
+            let text = format!(
+                "[storage]\ndir = {:?}\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n{body}",
+                storage.dir.path().display().to_string()
+            );
+            let config = Config::from_toml(&text, None).expect("test config");
+            let server = Server::start(config).await.expect("server starts");
+            let addr = server.local_addr("mqtt").expect("listener");
+            TestServer { server: Some(server), addr, dir: own }
+        }
+    }
+
+    /// A clean-session CONNECT at protocol `level` with optional username and password (5.0
+    /// allows a password without a username), keep-alive 60.
+    pub fn login_bytes(
+        level: u8,
+        client_id: &str,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> Vec<u8> {
+        let mut body = mqtt_str("MQTT");
+        body.push(level);
+        let flags =
+            0x02 | if username.is_some() { 0x80 } else { 0 } | if password.is_some() { 0x40 } else { 0 };
+        body.push(flags);
+        body.extend_from_slice(&60u16.to_be_bytes());
+        if level == 5 {
+            body.push(0); // no properties
+        }
+        body.extend_from_slice(&mqtt_str(client_id));
+        if let Some(username) = username {
+            body.extend_from_slice(&mqtt_str(username));
+        }
+        if let Some(password) = password {
+            body.extend_from_slice(&(password.len() as u16).to_be_bytes());
+            body.extend_from_slice(password);
+        }
+        packet(0x10, &body)
+    }
+
+    /// Logs in over a raw connection: returns it and the CONNACK's reason code. The raw client
+    /// decodes every DISCONNECT the server may send (rumqttc 0.25 cannot read a 5.0 DISCONNECT
+    /// that carries a reason code but no property length, which the specification allows).
+    pub async fn raw_login(
+        addr: SocketAddr,
+        version: ProtocolVersion,
+        client_id: &str,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> (Raw, mesgd_core::mqtt::ReasonCode) {
+        let level = if version == ProtocolVersion::V5 { 5 } else { 4 };
+        let mut raw = Raw::open(addr, version).await;
+        raw.send(&login_bytes(level, client_id, username, password)).await;
+        match raw.recv().await {
+            Some(Packet::ConnAck(c)) => (raw, c.reason_code),
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    }
+
+    /// Reads until the server closes; returns the reason of the DISCONNECT it sent, if any.
+    pub async fn disconnect_reason(raw: &mut Raw) -> Option<mesgd_core::mqtt::ReasonCode> {
+        raw.until_closed().await.into_iter().find_map(|p| match p {
+            Packet::Disconnect(d) => Some(d.reason_code),
+            _ => None,
+        })
+    }
+
+    /// The protocol version a client speaks.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Proto {
+        /// MQTT 3.1.1.
+        V3,
+        /// MQTT 5.0.
+        V5,
+    }
+
+    /// Both versions, for tests that run once per version.
+    pub const BOTH: [Proto; 2] = [Proto::V3, Proto::V5];
+
+    impl Proto {
+        /// The CONNACK code for wrong credentials: 3.1.1 return code 4, 5.0 0x86.
+        pub fn bad_credentials(self) -> u8 {
+            if self == Proto::V3 { 4 } else { 0x86 }
+        }
+
+        /// The CONNACK code for a client that may not connect: 3.1.1 return code 5, 5.0 0x87.
+        pub fn not_authorized(self) -> u8 {
+            if self == Proto::V3 { 5 } else { 0x87 }
+        }
+
+        /// The SUBACK code of a filter the ACL refuses: 3.1.1 0x80, 5.0 0x87.
+        pub fn sub_refused(self) -> u8 {
+            if self == Proto::V3 { 0x80 } else { 0x87 }
+        }
+
+        /// The raw codec's version.
+        pub fn version(self) -> ProtocolVersion {
+            if self == Proto::V3 { ProtocolVersion::V311 } else { ProtocolVersion::V5 }
+        }
+
+        /// The PUBACK / PUBREC code of a publish the ACL refuses: 3.1.1 has none (the flow
+        /// completes as if accepted), 5.0 0x87.
+        pub fn pub_refused(self) -> u8 {
+            if self == Proto::V3 { 0 } else { 0x87 }
+        }
+    }
+
+    /// What a client sends in CONNECT.
+    #[derive(Clone, Debug)]
+    pub struct Login {
+        pub proto: Proto,
+        pub port: u16,
+        pub client_id: String,
+        pub credentials: Option<(String, String)>,
+        pub will: Option<(String, Vec<u8>)>,
+    }
+
+    impl Login {
+        /// A clean-session CONNECT without credentials or will.
+        pub fn new(proto: Proto, port: u16, client_id: &str) -> Login {
+            Login { proto, port, client_id: client_id.into(), credentials: None, will: None }
+        }
+
+        /// With a username and password.
+        pub fn user(mut self, username: &str, password: &str) -> Login {
+            self.credentials = Some((username.into(), password.into()));
+            self
+        }
+
+        /// With a QoS 1 will.
+        pub fn will(mut self, topic: &str, payload: &[u8]) -> Login {
+            self.will = Some((topic.into(), payload.to_vec()));
+            self
+        }
+
+        fn v3_options(&self) -> rumqttc::MqttOptions {
+            let mut o = v3::options(&self.client_id, self.port);
+            if let Some((u, p)) = &self.credentials {
+                o.set_credentials(u.clone(), p.clone());
+            }
+            if let Some((topic, payload)) = &self.will {
+                o.set_last_will(rumqttc::LastWill::new(
+                    topic.clone(),
+                    payload.clone(),
+                    rumqttc::QoS::AtLeastOnce,
+                    false,
+                ));
+            }
+            o
+        }
+
+        fn v5_options(&self) -> rumqttc::v5::MqttOptions {
+            let mut o = v5::options(&self.client_id, self.port);
+            if let Some((u, p)) = &self.credentials {
+                o.set_credentials(u.clone(), p.clone());
+            }
+            if let Some((topic, payload)) = &self.will {
+                o.set_last_will(rumqttc::v5::mqttbytes::v5::LastWill::new(
+                    topic.clone(),
+                    payload.clone(),
+                    rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+                    false,
+                    None,
+                ));
+            }
+            o
+        }
+
+        /// Connects, expecting success.
+        pub async fn connect(&self) -> Client {
+            match self.try_connect().await {
+                Ok(client) => client,
+                Err(code) => panic!("{} refused with CONNACK code {code:#04x}", self.client_id),
+            }
+        }
+
+        /// Connects, expecting a refusal; returns the CONNACK code as sent on the wire.
+        pub async fn refused(&self) -> u8 {
+            match self.try_connect().await {
+                Ok(_) => panic!("{} was admitted", self.client_id),
+                Err(code) => code,
+            }
+        }
+
+        /// Connects: the client, or the CONNACK code of a refusal.
+        pub async fn try_connect(&self) -> Result<Client, u8> {
+            let (tx, mut events) = mpsc::unbounded_channel();
+            let (inner, task) = match self.proto {
+                Proto::V3 => {
+                    let (client, mut eventloop) = rumqttc::AsyncClient::new(self.v3_options(), 100);
+                    let task = tokio::spawn(async move {
+                        loop {
+                            let event = match eventloop.poll().await {
+                                Ok(rumqttc::Event::Incoming(p)) => Ev::from_v3(p),
+                                Ok(rumqttc::Event::Outgoing(_)) => continue,
+                                Err(rumqttc::ConnectionError::ConnectionRefused(code)) => {
+                                    Ev::Refused(code as u8)
+                                }
+                                Err(e) => Ev::Closed { reason: None, text: e.to_string() },
+                            };
+                            let last = matches!(event, Ev::Refused(_) | Ev::Closed { .. });
+                            if tx.send(event).is_err() || last {
+                                return;
+                            }
+                        }
+                    });
+                    (Inner::V3(client), task)
+                }
+                Proto::V5 => {
+                    let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(self.v5_options(), 100);
+                    let task = tokio::spawn(async move {
+                        loop {
+                            let event = match eventloop.poll().await {
+                                Ok(rumqttc::v5::Event::Incoming(p)) => Ev::from_v5(p),
+                                Ok(rumqttc::v5::Event::Outgoing(_)) => continue,
+                                Err(rumqttc::v5::ConnectionError::ConnectionRefused(code)) => {
+                                    Ev::Refused(v5_connack_code(code))
+                                }
+                                Err(rumqttc::v5::ConnectionError::MqttState(
+                                    rumqttc::v5::StateError::ServerDisconnect { reason_code, .. },
+                                )) => Ev::Closed {
+                                    reason: Some(reason_code as u8),
+                                    text: format!("DISCONNECT {reason_code:?}"),
+                                },
+                                Err(e) => Ev::Closed { reason: None, text: e.to_string() },
+                            };
+                            let last = matches!(event, Ev::Refused(_) | Ev::Closed { .. });
+                            if tx.send(event).is_err() || last {
+                                return;
+                            }
+                        }
+                    });
+                    (Inner::V5(client), task)
+                }
+            };
+            let outcome = within("CONNACK", async {
+                loop {
+                    match events.recv().await {
+                        Some(Ev::ConnAck) => return Ok(()),
+                        Some(Ev::Refused(code)) => return Err(code),
+                        Some(Ev::Closed { text, .. }) => panic!("connection failed before CONNACK: {text}"),
+                        Some(_) => continue,
+                        None => panic!("event loop ended before CONNACK"),
+                    }
+                }
+            })
+            .await;
+            match outcome {
+                Ok(()) => Ok(Client { inner, events, task, pending: VecDeque::new() }),
+                Err(code) => {
+                    task.abort();
+                    Err(code)
+                }
+            }
+        }
+    }
+
+    fn v5_connack_code(code: rumqttc::v5::mqttbytes::v5::ConnectReturnCode) -> u8 {
+        use rumqttc::v5::mqttbytes::v5::ConnectReturnCode as C;
+        match code {
+            C::UnspecifiedError => 0x80,
+            C::ClientIdentifierNotValid => 0x85,
+            C::BadUserNamePassword => 0x86,
+            C::NotAuthorized => 0x87,
+            C::ServerUnavailable => 0x88,
+            C::Banned => 0x8A,
+            C::BadAuthenticationMethod => 0x8C,
+            other => panic!("unexpected CONNACK code {other:?}"),
+        }
+    }
+
+    /// A message as the receiver got it.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Msg {
+        pub topic: String,
+        pub payload: Vec<u8>,
+        pub retain: bool,
+    }
+
+    /// An event of either client library, in wire terms.
+    #[derive(Debug)]
+    enum Ev {
+        ConnAck,
+        Refused(u8),
+        Publish(Msg),
+        SubAck(Vec<u8>),
+        PubAck(u8),
+        PubRec(u8),
+        Other,
+        Closed { reason: Option<u8>, text: String },
+    }
+
+    impl Ev {
+        fn from_v3(p: rumqttc::Packet) -> Ev {
+            use rumqttc::Packet as P;
+            match p {
+                P::ConnAck(_) => Ev::ConnAck,
+                P::Publish(p) => {
+                    Ev::Publish(Msg { topic: p.topic, payload: p.payload.to_vec(), retain: p.retain })
+                }
+                P::SubAck(s) => Ev::SubAck(
+                    s.return_codes
+                        .iter()
+                        .map(|c| match c {
+                            rumqttc::SubscribeReasonCode::Success(q) => *q as u8,
+                            rumqttc::SubscribeReasonCode::Failure => 0x80,
+                        })
+                        .collect(),
+                ),
+                P::PubAck(_) => Ev::PubAck(0),
+                P::PubRec(_) => Ev::PubRec(0),
+                _ => Ev::Other,
+            }
+        }
+
+        fn from_v5(p: rumqttc::v5::mqttbytes::v5::Packet) -> Ev {
+            use rumqttc::v5::mqttbytes::v5::{
+                Packet as P, PubAckReason, PubRecReason, SubscribeReasonCode as S,
+            };
+            match p {
+                P::ConnAck(_) => Ev::ConnAck,
+                P::Publish(p) => Ev::Publish(Msg {
+                    topic: String::from_utf8(p.topic.to_vec()).expect("UTF-8 topic"),
+                    payload: p.payload.to_vec(),
+                    retain: p.retain,
+                }),
+                P::SubAck(s) => Ev::SubAck(
+                    s.return_codes
+                        .iter()
+                        .map(|c| match c {
+                            S::Success(q) => *q as u8,
+                            S::Failure | S::Unspecified => 0x80,
+                            S::ImplementationSpecific => 0x83,
+                            S::NotAuthorized => 0x87,
+                            S::TopicFilterInvalid => 0x8F,
+                            S::PkidInUse => 0x91,
+                            S::QuotaExceeded => 0x97,
+                            S::SharedSubscriptionsNotSupported => 0x9E,
+                            S::SubscriptionIdNotSupported => 0xA1,
+                            S::WildcardSubscriptionsNotSupported => 0xA2,
+                        })
+                        .collect(),
+                ),
+                P::PubAck(a) => Ev::PubAck(match a.reason {
+                    PubAckReason::Success => 0,
+                    PubAckReason::NoMatchingSubscribers => 0x10,
+                    PubAckReason::NotAuthorized => 0x87,
+                    PubAckReason::PayloadFormatInvalid => 0x99,
+                    _ => 0x80,
+                }),
+                P::PubRec(r) => Ev::PubRec(match r.reason {
+                    PubRecReason::Success => 0,
+                    PubRecReason::NoMatchingSubscribers => 0x10,
+                    PubRecReason::NotAuthorized => 0x87,
+                    PubRecReason::PayloadFormatInvalid => 0x99,
+                    _ => 0x80,
+                }),
+                _ => Ev::Other,
+            }
+        }
+    }
+
+    enum Inner {
+        V3(rumqttc::AsyncClient),
+        V5(rumqttc::v5::AsyncClient),
+    }
+
+    /// How a connection ended.
+    #[derive(Debug)]
+    pub struct Closed {
+        /// The 5.0 DISCONNECT reason code, if the server sent one that rumqttc could read (see
+        /// [`raw_login`] for the case it cannot).
+        pub reason: Option<u8>,
+        /// What the client library said.
+        pub text: String,
+    }
+
+    /// A connected client of either version. Messages that arrive while the test waits for an
+    /// acknowledgement are kept for [`Client::next_publish`].
+    pub struct Client {
+        inner: Inner,
+        events: mpsc::UnboundedReceiver<Ev>,
+        task: tokio::task::JoinHandle<()>,
+        pending: VecDeque<Msg>,
+    }
+
+    impl Drop for Client {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    fn qos_v3(qos: u8) -> rumqttc::QoS {
+        rumqttc::qos(qos).expect("QoS 0, 1 or 2")
+    }
+
+    fn qos_v5(qos: u8) -> rumqttc::v5::mqttbytes::QoS {
+        rumqttc::v5::mqttbytes::qos(qos).expect("QoS 0, 1 or 2")
+    }
+
+    impl Client {
+        async fn next_event<T>(&mut self, what: &str, mut pick: impl FnMut(Ev) -> Option<T>) -> T {
+            let (events, pending) = (&mut self.events, &mut self.pending);
+            within(what, async {
+                loop {
+                    match events.recv().await {
+                        Some(Ev::Publish(m)) => pending.push_back(m),
+                        Some(Ev::Closed { text, .. }) => {
+                            panic!("connection ended while waiting for {what}: {text}")
+                        }
+                        Some(event) => {
+                            if let Some(t) = pick(event) {
+                                return t;
+                            }
+                        }
+                        None => panic!("event loop ended while waiting for {what}"),
+                    }
+                }
+            })
+            .await
+        }
+
+        /// Subscribes to `filter` at QoS 1; returns the SUBACK code (0..=2 granted, else refused).
+        pub async fn subscribe(&mut self, filter: &str) -> u8 {
+            match &self.inner {
+                Inner::V3(c) => c.subscribe(filter, rumqttc::QoS::AtLeastOnce).await.expect("subscribe"),
+                Inner::V5(c) => {
+                    c.subscribe(filter, rumqttc::v5::mqttbytes::QoS::AtLeastOnce).await.expect("subscribe")
+                }
+            }
+            let codes =
+                self.next_event("SUBACK", |e| if let Ev::SubAck(c) = e { Some(c) } else { None }).await;
+            assert_eq!(codes.len(), 1, "one code per filter");
+            codes[0]
+        }
+
+        /// Subscribes and asserts that the subscription was granted.
+        pub async fn subscribe_ok(&mut self, filter: &str) {
+            let code = self.subscribe(filter).await;
+            assert!(code <= 2, "subscription to {filter:?} refused with {code:#04x}");
+        }
+
+        /// Publishes; for QoS 1 and 2 waits for the PUBACK / PUBREC and returns its code (3.1.1: 0).
+        pub async fn publish(&mut self, topic: &str, qos: u8, retain: bool, payload: &[u8]) -> Option<u8> {
+            match &self.inner {
+                Inner::V3(c) => {
+                    c.publish(topic, qos_v3(qos), retain, payload.to_vec()).await.expect("publish")
+                }
+                Inner::V5(c) => {
+                    c.publish(topic, qos_v5(qos), retain, payload.to_vec()).await.expect("publish")
+                }
+            }
+            match qos {
+                0 => None,
+                1 => Some(
+                    self.next_event("PUBACK", |e| if let Ev::PubAck(c) = e { Some(c) } else { None }).await,
+                ),
+                _ => Some(
+                    self.next_event("PUBREC", |e| if let Ev::PubRec(c) = e { Some(c) } else { None }).await,
+                ),
+            }
+        }
+
+        /// The next message delivered to this client.
+        pub async fn next_publish(&mut self) -> Msg {
+            if let Some(m) = self.pending.pop_front() {
+                return m;
+            }
+            let events = &mut self.events;
+            within("PUBLISH", async {
+                loop {
+                    match events.recv().await {
+                        Some(Ev::Publish(m)) => return m,
+                        Some(Ev::Closed { text, .. }) => {
+                            panic!("connection ended while waiting for PUBLISH: {text}")
+                        }
+                        Some(_) => continue,
+                        None => panic!("event loop ended while waiting for PUBLISH"),
+                    }
+                }
+            })
+            .await
+        }
+
+        /// Waits for the server to end the connection.
+        pub async fn closed(&mut self) -> Closed {
+            let events = &mut self.events;
+            within("the connection to end", async {
+                loop {
+                    match events.recv().await {
+                        Some(Ev::Closed { reason, text }) => return Closed { reason, text },
+                        Some(_) => continue,
+                        None => return Closed { reason: None, text: "event loop ended".into() },
+                    }
+                }
+            })
+            .await
+        }
+
+        /// Drops the connection without DISCONNECT, as if the network failed.
+        pub fn kill(self) {
+            self.task.abort();
+        }
+    }
+}
