@@ -101,14 +101,22 @@ impl Default for LogConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// The directory for `config.db` (users, ACL) and broker state. Relative paths are relative
-    /// to the working directory.
+    /// The directory for `config.db` (users, ACL) and `state.db` (sessions, queued messages,
+    /// retained messages, wills). Relative to the config file's directory.
     pub dir: PathBuf,
+    /// When broker state reaches the disk: `always`, `periodic` or `none`.
+    pub durability: crate::persist::Durability,
+    /// How often `periodic` durability writes, in milliseconds.
+    pub flush_interval_ms: u64,
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { dir: PathBuf::from("data") }
+        StorageConfig {
+            dir: PathBuf::from("data"),
+            durability: crate::persist::Durability::Always,
+            flush_interval_ms: 100,
+        }
     }
 }
 
@@ -325,6 +333,9 @@ impl Config {
         }
         if l.max_topic_levels == 0 {
             return Err(invalid("limits.max_topic_levels", "must be at least 1"));
+        }
+        if self.storage.flush_interval_ms == 0 {
+            return Err(invalid("storage.flush_interval_ms", "must be at least 1"));
         }
         if l.max_connections == 0 {
             return Err(invalid("limits.max_connections", "must be at least 1"));

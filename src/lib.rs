@@ -9,6 +9,7 @@
 //! - `mqtt`: the MQTT front end (handshake, per-connection task), over any byte stream.
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
 //! - `ws`: MQTT over WebSocket — the HTTP upgrade and binary frames as a byte stream.
+//! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
 //! - [`login_guard`]: slowing down repeated authentication failures.
 //! - [`logging`]: `tracing` set-up for the binary.
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod logging;
 pub mod login_guard;
 mod mqtt;
+pub mod persist;
 pub mod server;
 pub mod tls;
 mod ws;

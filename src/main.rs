@@ -1,5 +1,6 @@
 //! The `mesgd` command line: `mesgd serve` runs the broker; `mesgd user` and `mesgd acl` manage
-//! the builtin user store, also while the broker runs.
+//! the builtin user store, also while the broker runs; `mesgd plugin check` inspects a plugin
+//! library.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +34,34 @@ enum Command {
     /// Manage builtin users' ACL rules.
     #[command(subcommand)]
     Acl(mesgd_providers::builtin::AclCommand),
+    /// Inspect authentication plugin libraries.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Inspect or compact the broker's state store (<storage.dir>/state.db).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Count stored sessions, subscriptions, queued messages, retained messages and wills, and
+    /// the size on disk. Safe while the broker runs.
+    Stats,
+    /// Drop unreferenced messages and shrink the file. Run it while the broker is stopped.
+    Compact,
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Load a plugin library as the broker would and report its name, version, ABI version and
+    /// whether this mesgd can use it.
+    Check {
+        /// The shared library (e.g. target/release/libmy_auth.so).
+        path: PathBuf,
+        /// Also create an instance with this `config`, given as a JSON object.
+        #[arg(long, value_name = "JSON")]
+        plugin_config: Option<String>,
+    },
 }
 
 fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
@@ -126,7 +155,36 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve => {
             mesgd::logging::init(&config.log.level);
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(serve(config))
+            let served = runtime.block_on(serve(config));
+            // A plugin call that never returns holds a blocking thread for good; dropping the
+            // runtime would wait for it forever.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            served
+        }
+        Command::Plugin(PluginCommand::Check { path, plugin_config }) => {
+            let report = mesgd_plugin_host::check(&path, plugin_config.as_deref());
+            print!("{report}");
+            anyhow::ensure!(report.is_usable(), "{} cannot be used as a plugin", path.display());
+            Ok(())
+        }
+        Command::Store(StoreCommand::Stats) => {
+            let s = mesgd::persist::stats(&config.storage_dir())?;
+            println!("sessions\t{}", s.sessions);
+            println!("subscriptions\t{}", s.subscriptions);
+            println!("queued\t{}", s.queued);
+            println!("messages\t{}", s.messages);
+            println!("retained\t{}", s.retained);
+            println!("wills\t{}", s.wills);
+            println!("bytes_on_disk\t{}", s.bytes_on_disk);
+            Ok(())
+        }
+        Command::Store(StoreCommand::Compact) => {
+            let (before, after) = mesgd::persist::compact(&config.storage_dir())?;
+            println!(
+                "compacted {}: {before} bytes -> {after} bytes",
+                config.storage_dir().join(mesgd::persist::STATE_DB_FILE).display()
+            );
+            Ok(())
         }
         Command::User(cmd) => {
             let db = user_db(&config)?;

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ListenerKind};
 use crate::login_guard::LoginGuard;
 use crate::mqtt::{self, Settings};
+use crate::persist::{self, WriterHandle};
 use crate::tls::{ReloadableAcceptor, TlsError};
 use crate::ws::{self, WsEndpoint};
 
@@ -47,6 +48,9 @@ pub enum StartError {
     /// The authentication chain could not be built.
     #[error("{0}")]
     Auth(String),
+    /// The state store cannot be opened or read.
+    #[error(transparent)]
+    State(#[from] crate::persist::StoreError),
     /// A listener's TLS files are unusable.
     #[error("listener {name:?}: {source}")]
     Tls {
@@ -118,12 +122,15 @@ pub struct Server {
     stop: watch::Sender<bool>,
     connections: Arc<Connections>,
     tls: Vec<Arc<ReloadableAcceptor>>,
+    persistence: Option<WriterHandle>,
 }
 
 fn build_chain(config: &Config) -> Result<Chain, StartError> {
     let mut ctx =
         mesgd_providers::BuildContext::new(config.storage_dir()).with_base_dir(config.base_dir.clone());
-    mesgd_providers::Registry::with_builtin_providers()
+    let mut registry = mesgd_providers::Registry::with_builtin_providers();
+    mesgd_plugin_host::register(&mut registry);
+    registry
         .build_chain(&config.auth.providers, config.auth.allow_anonymous, &mut ctx)
         .map_err(|e| StartError::Auth(e.to_string()))
 }
@@ -144,6 +151,17 @@ impl Server {
                 queue_qos0_offline: l.queue_qos0_offline,
             },
         }));
+        let persistence = persist::open(
+            &config.storage_dir(),
+            config.storage.durability,
+            Duration::from_millis(config.storage.flush_interval_ms),
+            &broker,
+        )?;
+        let persistence = persistence.map(|p| {
+            let journal: Arc<dyn mesgd_core::journal::Journal> = p.journal.clone();
+            broker.set_journal(&journal);
+            p.writer
+        });
         let shared = Arc::new(mqtt::Shared {
             broker: broker.clone(),
             chain,
@@ -209,7 +227,7 @@ impl Server {
                 stopped.clone(),
             )));
         }
-        Ok(Server { broker, listeners, tasks, stop, connections, tls: acceptors })
+        Ok(Server { broker, listeners, tasks, stop, connections, tls: acceptors, persistence })
     }
 
     /// Re-reads every listener's TLS certificate and key (on SIGHUP). Established connections
@@ -267,6 +285,10 @@ impl Server {
         }
         for t in self.tasks {
             t.abort();
+        }
+        if let Some(writer) = self.persistence {
+            // The last changes (wills, session ends) are written before the process exits.
+            let _ = tokio::task::spawn_blocking(move || writer.close()).await;
         }
         tracing::info!("stopped");
     }

@@ -64,9 +64,11 @@ async fn user_and_acl_commands_manage_the_store_the_broker_reads() {
         ),
     );
     let cfg = config.to_str().unwrap();
-    let (status, _, stderr) = daemon::run(&["--config", cfg, "user", "add", "alice", "--password-stdin"], "s3cret\n").await;
+    let (status, _, stderr) =
+        daemon::run(&["--config", cfg, "user", "add", "alice", "--password-stdin"], "s3cret\n").await;
     assert!(status.success(), "{stderr}");
-    let (status, _, stderr) = daemon::run(&["--config", cfg, "acl", "add", "alice", "sensors/#", "read"], "").await;
+    let (status, _, stderr) =
+        daemon::run(&["--config", cfg, "acl", "add", "alice", "sensors/#", "read"], "").await;
     assert!(status.success(), "{stderr}");
     let (status, out, _) = daemon::run(&["--config", cfg, "user", "list"], "").await;
     assert!(status.success());

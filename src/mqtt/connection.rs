@@ -22,6 +22,7 @@ use bytes::{Buf, BytesMut};
 use mesgd_core::acl::{Access, Acl};
 use mesgd_core::auth::{Identity, IdentityState, LiveIdentity, Revocation};
 use mesgd_core::broker::{Stats, Will};
+use mesgd_core::journal::Journal;
 use mesgd_core::message::{Message, MessageProperties, Origin};
 use mesgd_core::mqtt::{
     self, AckProperties, Disconnect, DisconnectProperties, Packet, PacketType, ProtocolVersion, PubResponse,
@@ -141,11 +142,23 @@ pub(crate) struct Connection<S> {
     aliases_out: HashMap<TopicName, u16>,
     inbuf: BytesMut,
     outbuf: BytesMut,
+    /// Output that must wait until journal sequence number `gate` is on disk (durability
+    /// `always`): acknowledgements of messages queued for persistent sessions, QoS 2 messages
+    /// whose packet id is being stored. Everything after a held packet is held too, in order.
+    gate: Option<u64>,
+    gated: BytesMut,
+    /// The journal, when acknowledgements wait for the disk.
+    journal: Option<Arc<dyn Journal>>,
     scratch: Vec<Outgoing>,
 }
 
 fn is_v5(v: ProtocolVersion) -> bool {
     v == ProtocolVersion::V5
+}
+
+/// Topics only the broker publishes to (`$SYS/...`): refused to every client publish and will.
+fn is_broker_topic(topic: &TopicName) -> bool {
+    topic.as_str().starts_with("$SYS")
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
@@ -186,6 +199,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             aliases_out: HashMap::new(),
             inbuf,
             outbuf: BytesMut::new(),
+            gate: None,
+            gated: BytesMut::new(),
+            journal: shared.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
             scratch: Vec::new(),
             shared,
         };
@@ -238,6 +254,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             let _ = tokio::time::timeout(CLOSE_FLUSH, self.flush_and_close()).await;
         }
         let will = if end.publishes_will() { self.will.take() } else { None };
+        // A will is a publish: like any other it may not write the broker's own topics, which no
+        // ACL can grant (an unrestricted client would otherwise forge `$SYS` values).
+        let will = will.filter(|w| {
+            let reserved = is_broker_topic(&w.message.topic);
+            if reserved {
+                Stats::add(&self.shared.broker.stats().publishes_denied, 1);
+                tracing::info!(topic = w.message.topic.as_str(), "will not published: $SYS is the broker's");
+            }
+            !reserved
+        });
         let will = will.map(|w| Will {
             message: w.message,
             expiry_interval: w.expiry_interval,
@@ -251,6 +277,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     async fn flush_and_close(&mut self) {
         use tokio::io::AsyncWriteExt;
+        // Held acknowledgements go out once their messages are on disk, if that happens while
+        // the connection is closing.
+        if self.gate.is_some() {
+            std::future::poll_fn(|cx| if self.release_gate(cx) { Poll::Ready(()) } else { Poll::Pending })
+                .await;
+        }
         if !self.outbuf.is_empty() {
             let out = std::mem::take(&mut self.outbuf);
             let _ = self.stream.write_all(&out).await;
@@ -273,9 +305,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 Ok(progress) => again |= progress,
                 Err(end) => return Poll::Ready(end),
             }
-            if self.outbuf.len() < OUT_HIGH_WATER {
+            if self.pending_output() < OUT_HIGH_WATER {
                 again |= self.drain_session(cx);
             }
+            self.release_gate(cx);
             if let Err(e) = self.poll_write(cx) {
                 return Poll::Ready(End::Io(e));
             }
@@ -295,7 +328,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     /// Returns whether anything was read.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Result<bool, End> {
         let mut progress = false;
-        while self.outbuf.len() < OUT_HIGH_WATER {
+        while self.pending_output() < OUT_HIGH_WATER {
             if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
                 self.inbuf.reserve(READ_CHUNK);
             }
@@ -343,6 +376,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         let mut batch = std::mem::take(&mut self.scratch);
         let stats =
             self.session.drain(self.generation, self.window, DRAIN_BATCH, now, cx.waker(), &mut batch);
+        self.hold_until(stats.gate);
         if stats.expired + stats.filtered > 0 {
             Stats::add(&self.shared.broker.stats().messages_dropped, stats.expired as u64);
         }
@@ -413,8 +447,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     // ------------------------------------------------------------------ output
 
+    /// Where output goes now: the socket buffer, or the held buffer while a gate is closed.
+    fn out(&mut self) -> &mut BytesMut {
+        if self.gate.is_some() { &mut self.gated } else { &mut self.outbuf }
+    }
+
+    /// Output not yet written, held or not (for backpressure).
+    fn pending_output(&self) -> usize {
+        self.outbuf.len() + self.gated.len()
+    }
+
+    /// Holds all further output until journal sequence number `seq` is durable (only when
+    /// acknowledgements wait for the disk).
+    fn hold_until(&mut self, seq: Option<u64>) {
+        if let (Some(seq), Some(_)) = (seq, &self.journal) {
+            self.gate = self.gate.max(Some(seq));
+        }
+    }
+
+    /// Releases held output once it may go; returns whether nothing is held any more.
+    fn release_gate(&mut self, cx: &mut Context<'_>) -> bool {
+        let (Some(seq), Some(journal)) = (self.gate, &self.journal) else { return true };
+        if !journal.poll_durable(seq, cx.waker()) {
+            return false;
+        }
+        self.gate = None;
+        let held = std::mem::take(&mut self.gated);
+        self.outbuf.extend_from_slice(&held);
+        true
+    }
+
     fn write_packet(&mut self, packet: &Packet) {
-        if let Err(e) = mqtt::encode(packet, self.version, &mut self.outbuf) {
+        let version = self.version;
+        if let Err(e) = mqtt::encode(packet, version, self.out()) {
             tracing::error!(error = %e, "could not encode a packet");
         }
     }
@@ -434,6 +499,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         let message = &delivery.message;
         let mut properties = PublishProperties::default();
         let mut topic: Arc<str> = message.topic.as_arc().clone();
+        let mut new_alias = None;
         if is_v5(self.version) {
             let p = &message.properties;
             properties.payload_format_indicator = p.payload_format_indicator;
@@ -451,7 +517,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     }
                     None if self.aliases_out.len() < usize::from(self.client_topic_alias_maximum) => {
                         let alias = self.aliases_out.len() as u16 + 1;
-                        self.aliases_out.insert(message.topic.clone(), alias);
+                        new_alias = Some(alias);
                         properties.topic_alias = Some(alias);
                     }
                     None => {}
@@ -467,12 +533,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             properties,
             payload: message.payload.clone(),
         });
-        let before = self.outbuf.len();
+        let before = self.out().len();
         self.write_packet(&publish);
-        let size = self.outbuf.len() - before;
+        let size = self.out().len() - before;
         if size > self.client_maximum_packet_size as usize {
             // [MQTT-3.1.2-25]: never send more than the client accepts; drop it as if delivered.
-            self.outbuf.truncate(before);
+            self.out().truncate(before);
             if let Some(id) = packet_id {
                 self.session.discard_inflight(id);
             }
@@ -483,6 +549,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 "message dropped: larger than the client's maximum packet size"
             );
             return;
+        }
+        // The mapping exists only once the client has received the packet that sets it: a
+        // dropped packet must not leave later ones referring to an alias the client never saw.
+        if let Some(alias) = new_alias {
+            self.aliases_out.insert(message.topic.clone(), alias);
         }
         Stats::add(&self.shared.broker.stats().messages_sent, 1);
     }
@@ -527,11 +598,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 Ok(())
             }
             Packet::PubRel(a) => {
-                let reason = if self.session.pubrel(a.packet_id) {
-                    ReasonCode::Success
-                } else {
-                    ReasonCode::PacketIdentifierNotFound
-                };
+                let (known, seq) = self.session.pubrel(a.packet_id);
+                self.hold_until(seq);
+                let reason = if known { ReasonCode::Success } else { ReasonCode::PacketIdentifierNotFound };
                 self.write_packet(&Packet::PubComp(ack(a.packet_id, reason)));
                 Ok(())
             }
@@ -639,13 +708,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 ));
             }
             reason = ReasonCode::PayloadFormatInvalid;
-        } else if topic.as_str().starts_with("$SYS") || !self.acl.allows(Access::Write, &topic) {
+        } else if is_broker_topic(&topic) || !self.acl.allows(Access::Write, &topic) {
             Stats::add(&self.shared.broker.stats().publishes_denied, 1);
             tracing::debug!(topic = topic.as_str(), "publish denied by ACL");
             // MQTT 5 is told; 3.x is silently dropped, but the flow completes so it is not stuck.
             reason = if v5 { ReasonCode::NotAuthorized } else { ReasonCode::Success };
             if p.qos == QoS::ExactlyOnce && !v5 {
-                self.session.incoming_qos2(packet_id);
+                let (_, seq) = self.session.incoming_qos2(packet_id);
+                self.hold_until(seq);
             }
             return {
                 self.ack_publish(p.qos, packet_id, reason);
@@ -653,7 +723,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             };
         }
         if reason == ReasonCode::Success {
-            let first_time = p.qos != QoS::ExactlyOnce || self.session.incoming_qos2(packet_id);
+            let (first_time, seq) =
+                if p.qos == QoS::ExactlyOnce { self.session.incoming_qos2(packet_id) } else { (true, None) };
+            self.hold_until(seq);
             if first_time {
                 Stats::add(&self.shared.broker.stats().messages_received, 1);
                 let mut message = Message::new(
@@ -669,6 +741,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                         message.with_expiry_interval(p.properties.message_expiry_interval, Instant::now());
                 }
                 let routed = self.shared.broker.publish(message);
+                self.hold_until(routed.durable_seq);
                 if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
                     reason = ReasonCode::NoMatchingSubscribers;
                 }
