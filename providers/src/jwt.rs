@@ -19,8 +19,8 @@
 //!   without thought for the ACL should not open the whole broker. `missing_acl =
 //!   "unrestricted"` makes such tokens unrestricted instead.
 //! - Expiry: `exp` is required unless `require_exp = false`; `exp` and `nbf` are checked with
-//!   `leeway_s` (default 30 s) of clock skew. The identity expires at `exp` itself, so the
-//!   broker disconnects the client when its token runs out.
+//!   `leeway_s` (default 30 s) of clock skew. The identity expires at `exp` plus that leeway
+//!   (the same allowance that admits the token), and the broker disconnects the client then.
 //! - `issuer` / `audience`, when set, must match and are then required. A token that names an
 //!   audience is refused unless `audience` is configured and matches (RFC 7519 §4.1.3).
 //! - The key: `secret` or `secret_file` (exactly one; the file is read once at start, one
@@ -241,10 +241,11 @@ impl JwtProvider {
                 }
             },
         };
-        let expires_at = claims
-            .get("exp")
-            .and_then(Value::as_u64)
-            .and_then(|exp| UNIX_EPOCH.checked_add(Duration::from_secs(exp)));
+        // The same leeway that admitted the token keeps it valid: a token accepted within the
+        // clock-skew allowance must not be refused (or cut off) by the broker a moment later.
+        let expires_at = claims.get("exp").and_then(Value::as_u64).and_then(|exp| {
+            UNIX_EPOCH.checked_add(Duration::from_secs(exp.saturating_add(self.validation.leeway)))
+        });
         Outcome::Allow(
             Identity::new(TYPE_NAME, info.client_id.clone(), Some(username.to_owned()), acl)
                 .with_expiry(expires_at),

@@ -1,0 +1,167 @@
+//! QoS 1 throughput to a persistent session in each durability mode.
+//!
+//! `cargo bench --bench persistence` starts the broker in this process for each mode
+//! (`none`, `periodic`, `always`), connects one persistent subscriber (clean session 0, acking
+//! every message) and one publisher keeping 16 QoS 1 messages in flight, and reports the
+//! acknowledged publishes per second over a fixed period. Raw sockets keep the client cost small
+//! and the same in every mode. Figures are for comparing the modes on one machine, not absolute.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use mesgd::Server;
+use mesgd::config::Config;
+use mesgd_core::mqtt::{self, Packet, ProtocolVersion};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+const WINDOW: usize = 16;
+const PAYLOAD: usize = 64;
+
+fn var_int(mut n: usize, out: &mut Vec<u8>) {
+    loop {
+        let mut b = (n % 128) as u8;
+        n /= 128;
+        if n > 0 {
+            b |= 0x80;
+        }
+        out.push(b);
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+fn frame(first: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![first];
+    var_int(body.len(), &mut v);
+    v.extend_from_slice(body);
+    v
+}
+
+fn string(s: &str) -> Vec<u8> {
+    let mut v = (s.len() as u16).to_be_bytes().to_vec();
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+fn connect(client_id: &str, clean: bool) -> Vec<u8> {
+    let mut body = string("MQTT");
+    body.extend_from_slice(&[4, if clean { 0x02 } else { 0x00 }, 0, 60]);
+    body.extend_from_slice(&string(client_id));
+    frame(0x10, &body)
+}
+
+struct Reader {
+    half: OwnedReadHalf,
+    buf: BytesMut,
+}
+
+impl Reader {
+    async fn next(&mut self) -> Packet {
+        loop {
+            if let Some(p) =
+                mqtt::decode(&mut self.buf, Some(ProtocolVersion::V311), u32::MAX).expect("decode")
+            {
+                return p;
+            }
+            self.buf.reserve(64 * 1024);
+            let n = self.half.read_buf(&mut self.buf).await.expect("read");
+            assert!(n > 0, "broker closed the connection");
+        }
+    }
+}
+
+async fn open(addr: std::net::SocketAddr, client_id: &str, clean: bool) -> (Reader, OwnedWriteHalf) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (r, mut w) = stream.into_split();
+    w.write_all(&connect(client_id, clean)).await.unwrap();
+    let mut reader = Reader { half: r, buf: BytesMut::new() };
+    assert!(matches!(reader.next().await, Packet::ConnAck(_)));
+    (reader, w)
+}
+
+async fn run(durability: &str, seconds: u64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[storage]\ndir = {:?}\ndurability = \"{durability}\"\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\n\
+         bind = \"127.0.0.1:0\"\n[auth]\nallow_anonymous = true\n[mqtt]\nsys_interval = 0\n",
+        dir.path().display().to_string()
+    );
+    let server = Server::start(Config::from_toml(&text, None).unwrap()).await.unwrap();
+    let addr = server.local_addr("mqtt").unwrap();
+
+    // The persistent subscriber acks everything as it arrives.
+    let (mut sub_r, mut sub_w) = open(addr, "bench-sink", false).await;
+    let mut body = 1u16.to_be_bytes().to_vec();
+    body.extend_from_slice(&string("bench/#"));
+    body.push(1);
+    sub_w.write_all(&frame(0x82, &body)).await.unwrap();
+    assert!(matches!(sub_r.next().await, Packet::SubAck(_)));
+    let sink = tokio::spawn(async move {
+        loop {
+            if let Packet::Publish(p) = sub_r.next().await {
+                let id = p.packet_id.unwrap().to_be_bytes();
+                if sub_w.write_all(&frame(0x40, &id)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+
+    let (mut pub_r, mut pub_w) = open(addr, "bench-source", true).await;
+    let mut payload = string("bench/x");
+    let header = payload.len();
+    payload.extend_from_slice(&[0, 0]);
+    payload.extend_from_slice(&[7u8; PAYLOAD]);
+    let mut next_id: u16 = 1;
+    let mut send = |w: &mut Vec<u8>| {
+        payload[header..header + 2].copy_from_slice(&next_id.to_be_bytes());
+        next_id = if next_id == u16::MAX { 1 } else { next_id + 1 };
+        w.extend_from_slice(&frame(0x32, &payload));
+    };
+    let mut batch = Vec::new();
+    for _ in 0..WINDOW {
+        send(&mut batch);
+    }
+    pub_w.write_all(&batch).await.unwrap();
+    let warmup = Instant::now() + Duration::from_millis(500);
+    let mut started = None;
+    let mut acked = 0u64;
+    loop {
+        if let Packet::PubAck(_) = pub_r.next().await {
+            let now = Instant::now();
+            match started {
+                None if now >= warmup => started = Some(now),
+                Some(t) if now - t >= Duration::from_secs(seconds) => break,
+                Some(_) => acked += 1,
+                None => {}
+            }
+            batch.clear();
+            send(&mut batch);
+            pub_w.write_all(&batch).await.unwrap();
+        }
+    }
+    let rate = acked as f64 / seconds as f64;
+    sink.abort();
+    server.shutdown().await;
+    rate
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing and wants it quick.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let seconds = if quick { 1 } else { 5 };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    println!("QoS 1 to one persistent session, window {WINDOW}, {PAYLOAD}-byte payloads, {seconds} s each:");
+    let mut none = 0.0;
+    for mode in ["none", "periodic", "always"] {
+        let rate = runtime.block_on(run(mode, seconds));
+        if mode == "none" {
+            none = rate;
+        }
+        println!("  {mode:>8}: {rate:>9.0} msg/s  ({:.2}x of none)", rate / none);
+    }
+}
