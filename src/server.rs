@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mesgd_core::auth::{Chain, TlsInfo};
+use futures_util::future::Either;
+use mesgd_core::auth::Chain;
 use mesgd_core::broker::{Broker, BrokerLimits, Stats};
 use mesgd_core::message::{Message, Origin};
 use mesgd_core::mqtt::QoS;
 use mesgd_core::session::{Kick, QueueLimits};
 use mesgd_core::topic::TopicName;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -302,33 +302,59 @@ struct Endpoint {
     ws: Option<Arc<WsEndpoint>>,
 }
 
+/// A connection's whole life as one boxed future (TLS and WebSocket connections).
+type BoxedConnection = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 impl Endpoint {
-    /// Serves one accepted socket: the TLS handshake if the listener has TLS, then MQTT or
-    /// MQTT over WebSocket.
-    async fn serve(&self, stream: TcpStream, peer: SocketAddr, slot: ConnectionSlot) {
-        let Some(acceptor) = &self.tls else {
-            self.serve_stream(stream, peer, None, slot).await;
-            return;
-        };
-        match acceptor.accept(stream, self.shared.settings.connect_timeout).await {
-            Ok((stream, info)) => {
-                tracing::debug!(listener = %self.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
-                self.serve_stream(stream, peer, Some(info), slot).await;
+    /// The task that serves one accepted socket: the TLS handshake if the listener has TLS, then
+    /// MQTT or MQTT over WebSocket.
+    ///
+    /// An idle connection costs what this future holds, so it holds little: the plain MQTT path
+    /// boxes its handshake and its connection state separately (see `mqtt::serve`), and the TLS
+    /// and WebSocket paths live in their own box, allocated only for their connections.
+    /// `slot` is held until the connection ends (for a WebSocket, until the MQTT connection on
+    /// it ends, which outlives the HTTP exchange).
+    fn connection(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: ConnectionSlot,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        match (&self.tls, &self.ws) {
+            (None, None) => {
+                let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.shared.clone());
+                Either::Left(async move {
+                    serve.await;
+                    drop(slot);
+                })
             }
-            Err(e) => tracing::info!(listener = %self.name, %peer, error = %e, "TLS handshake failed"),
+            (None, Some(ws)) => {
+                let boxed: BoxedConnection = Box::pin(ws::serve_http(stream, peer, None, ws.clone(), slot));
+                Either::Right(boxed)
+            }
+            (Some(_), _) => {
+                let endpoint = self.clone();
+                let boxed: BoxedConnection =
+                    Box::pin(async move { endpoint.serve_tls(stream, peer, slot).await });
+                Either::Right(boxed)
+            }
         }
     }
 
-    async fn serve_stream<S>(&self, stream: S, peer: SocketAddr, tls: Option<TlsInfo>, slot: ConnectionSlot)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        match &self.ws {
-            None => {
-                mqtt::serve(stream, peer, self.name.clone(), tls, self.shared.clone()).await;
-                drop(slot);
+    async fn serve_tls(&self, stream: TcpStream, peer: SocketAddr, slot: ConnectionSlot) {
+        let Some(acceptor) = &self.tls else { return };
+        match acceptor.accept(stream, self.shared.settings.connect_timeout).await {
+            Ok((stream, info)) => {
+                tracing::debug!(listener = %self.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
+                match &self.ws {
+                    None => {
+                        mqtt::serve(stream, peer, self.name.clone(), Some(info), self.shared.clone()).await;
+                        drop(slot);
+                    }
+                    Some(ws) => ws::serve_http(stream, peer, Some(info), ws.clone(), slot).await,
+                }
             }
-            Some(ws) => ws::serve_http(stream, peer, tls, ws.clone(), slot).await,
+            Err(e) => tracing::info!(listener = %self.name, %peer, error = %e, "TLS handshake failed"),
         }
     }
 }
@@ -361,8 +387,7 @@ async fn accept_loop(
         };
         Stats::add(&endpoint.shared.broker.stats().connections_total, 1);
         let _ = stream.set_nodelay(true);
-        let endpoint = endpoint.clone();
-        tokio::spawn(async move { endpoint.serve(stream, peer, slot).await });
+        tokio::spawn(endpoint.connection(stream, peer, slot));
     }
 }
 

@@ -232,7 +232,7 @@ impl Acl {
         Acl { rules: None, source: None }
     }
 
-    /// What this ACL was compiled from (`None` for [`Acl::unrestricted`]).
+    /// What this ACL was compiled from (`None` when it is unrestricted).
     pub fn source(&self) -> Option<&AclSource> {
         self.source.as_deref()
     }
@@ -241,12 +241,13 @@ impl Acl {
     /// `None` is unrestricted; `Some(&[])` denies everything. A rule whose substitution or
     /// pattern is invalid matches nothing (see the [module documentation](self)).
     pub fn compile(rules: Option<&[Rule]>, username: Option<&str>, client_id: &str) -> Acl {
+        // Unrestricted needs no source: there is nothing to recompile.
+        let Some(rules) = rules else { return Acl::unrestricted() };
         let source = Some(Arc::new(AclSource {
-            rules: rules.map(<[Rule]>::to_vec),
+            rules: Some(rules.to_vec()),
             username: username.map(str::to_owned),
             client_id: client_id.to_owned(),
         }));
-        let Some(rules) = rules else { return Acl { rules: None, source } };
         let mut read = Vec::new();
         let mut write = Vec::new();
         for rule in rules {

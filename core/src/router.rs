@@ -219,11 +219,16 @@ impl Router {
     fn route_with(&self, message: &Arc<Message>, targets: &mut Vec<Target>) -> RouteStats {
         let topic = &message.topic;
         let first = topic.as_str().split('/').next().unwrap_or("");
-        collect(&read(&self.shards[shard_of(first)]), topic, message.qos, targets);
+        let mut filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, targets);
         if !topic.is_dollar() {
-            collect(&read(&self.wildcard), topic, message.qos, targets);
+            filters += collect(&read(&self.wildcard), topic, message.qos, targets);
         }
-        merge_overlapping(targets);
+        // A session appears at most once among one filter's direct subscribers, so a publish
+        // that matched a single filter (a 1:1 topic, or a fan-out to its many subscribers)
+        // needs no merging.
+        if filters > 1 {
+            merge_overlapping(targets);
+        }
         let mut stats = RouteStats::default();
         for t in targets.drain(..) {
             let delivery = Delivery {
@@ -347,8 +352,16 @@ fn count(stats: &mut RouteStats, outcome: Enqueued) {
 }
 
 /// Collects the subscribers of every filter in `trie` that matches `topic`.
-fn collect(trie: &SubscriptionTrie<FilterSubscribers>, topic: &TopicName, qos: QoS, out: &mut Vec<Target>) {
+/// Returns how many filters matched.
+fn collect(
+    trie: &SubscriptionTrie<FilterSubscribers>,
+    topic: &TopicName,
+    qos: QoS,
+    out: &mut Vec<Target>,
+) -> usize {
+    let mut filters = 0;
     trie.for_each_match(topic, |entry| {
+        filters += 1;
         for s in &entry.direct {
             out.push(target(s, qos, None));
         }
@@ -360,6 +373,7 @@ fn collect(trie: &SubscriptionTrie<FilterSubscribers>, topic: &TopicName, qos: Q
             }
         }
     });
+    filters
 }
 
 fn target(s: &Subscriber, qos: QoS, shared: Option<SharedRoute>) -> Target {

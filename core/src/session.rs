@@ -10,7 +10,7 @@
 //! session outlives both. The connection registers its task waker here, so a push wakes exactly
 //! the task that will write the message, without a channel in between.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -108,6 +108,53 @@ struct Inflight {
     entry: u64,
 }
 
+/// The outgoing in-flight window, in the order messages were sent.
+///
+/// A deque rather than a map: clients acknowledge almost always in order, so the entry to find
+/// is at the front, and the window is small (`max_inflight`, 32 by default). This is on the
+/// path of every QoS 1/2 delivery and measurably faster than a hash map or a B-tree here.
+#[derive(Debug, Default)]
+struct InflightWindow(VecDeque<(u16, Inflight)>);
+
+impl InflightWindow {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn position(&self, packet_id: u16) -> Option<usize> {
+        self.0.iter().position(|(id, _)| *id == packet_id)
+    }
+
+    fn contains_key(&self, packet_id: &u16) -> bool {
+        self.position(*packet_id).is_some()
+    }
+
+    fn get(&self, packet_id: &u16) -> Option<&Inflight> {
+        self.position(*packet_id).map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, packet_id: &u16) -> Option<&mut Inflight> {
+        self.position(*packet_id).map(|i| &mut self.0[i].1)
+    }
+
+    fn insert(&mut self, packet_id: u16, inflight: Inflight) {
+        self.0.push_back((packet_id, inflight));
+    }
+
+    fn remove(&mut self, packet_id: &u16) -> Option<Inflight> {
+        let i = self.position(*packet_id)?;
+        self.0.remove(i).map(|(_, f)| f)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u16, &Inflight)> {
+        self.0.iter().map(|(id, f)| (id, f))
+    }
+
+    fn into_values(self) -> impl Iterator<Item = Inflight> {
+        self.0.into_iter().map(|(_, f)| f)
+    }
+}
+
 /// A delivery waiting in the queue, with its journal entry number.
 #[derive(Debug)]
 struct Queued {
@@ -198,11 +245,13 @@ struct State {
     /// the broker keeps no state).
     journal: Option<Arc<dyn Journal>>,
     queued_bytes: usize,
-    inflight: HashMap<u16, Inflight>,
+    // B-trees rather than hash maps: empty, they take half the space, and every idle
+    // connection has a session.
+    inflight: InflightWindow,
     send_seq: u64,
     next_packet_id: u16,
-    incoming_qos2: HashSet<u16>,
-    subscriptions: HashMap<Arc<str>, SubscriptionRecord>,
+    incoming_qos2: BTreeSet<u16>,
+    subscriptions: BTreeMap<Arc<str>, SubscriptionRecord>,
     acl: Acl,
     limits: QueueLimits,
     expiry: SessionExpiry,
@@ -222,8 +271,12 @@ pub struct Session {
     client_id: Arc<str>,
     online: AtomicBool,
     state: Mutex<State>,
-    detached: Notify,
 }
+
+/// Woken whenever any session detaches; waiters re-check their own session. One for all
+/// sessions rather than one each: takeovers are rare, sessions are many, and every idle
+/// connection has one.
+static DETACHED: Notify = Notify::const_new();
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it: session state stays
 /// consistent between statements, so a panic elsewhere must not take every client down with it.
@@ -243,11 +296,11 @@ impl Session {
                 next_entry: 1,
                 journal: None,
                 queued_bytes: 0,
-                inflight: HashMap::new(),
+                inflight: InflightWindow::default(),
                 send_seq: 0,
                 next_packet_id: 1,
-                incoming_qos2: HashSet::new(),
-                subscriptions: HashMap::new(),
+                incoming_qos2: BTreeSet::new(),
+                subscriptions: BTreeMap::new(),
                 acl: Acl::unrestricted(),
                 limits,
                 expiry,
@@ -258,7 +311,6 @@ impl Session {
                 dropped: 0,
                 ended: false,
             }),
-            detached: Notify::new(),
         }
     }
 
@@ -308,14 +360,14 @@ impl Session {
         s.disconnected_at = Some(now);
         self.online.store(false, Ordering::Release);
         drop(s);
-        self.detached.notify_waiters();
+        DETACHED.notify_waiters();
         true
     }
 
     /// Waits until no connection is attached (after a [`Session::kick`]).
     pub async fn wait_detached(&self) {
         loop {
-            let notified = self.detached.notified();
+            let notified = DETACHED.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if !self.is_online() {
@@ -342,9 +394,25 @@ impl Session {
         if s.connection == Some(generation) { s.kick.take() } else { Some(Kick::TakenOver) }
     }
 
-    /// Replaces the receiver ACL (after a live identity change).
+    /// Replaces the receiver ACL (after a live identity change), and drops queued messages the
+    /// new rules hide: they were checked against the old rules when they were queued. (Messages
+    /// already sent are past the point of delivery.)
     pub fn set_acl(&self, acl: Acl) {
-        self.state().acl = acl;
+        let mut s = self.state();
+        s.acl = acl;
+        let queue = std::mem::take(&mut s.queue);
+        let mut kept = VecDeque::with_capacity(queue.len());
+        for q in queue {
+            if s.acl.allows(Access::Read, &q.delivery.message.topic) {
+                kept.push_back(q);
+            } else {
+                s.queued_bytes -= q.delivery.weight();
+                if q.delivery.qos != QoS::AtMostOnce {
+                    s.record(|| Change::Done { client_id: self.client_id.clone(), entry: q.entry });
+                }
+            }
+        }
+        s.queue = kept;
     }
 
     /// The session expiry.
@@ -374,7 +442,7 @@ impl Session {
         s.journal = None;
         s.queued_bytes = 0;
         let mut left: Vec<Delivery> = s.queue.drain(..).map(|q| q.delivery).collect();
-        left.extend(s.inflight.drain().map(|(_, f)| f.delivery));
+        left.extend(std::mem::take(&mut s.inflight).into_values().map(|f| f.delivery));
         left
     }
 
@@ -495,13 +563,10 @@ impl Session {
             }
             let Some(Queued { entry, delivery }) = s.queue.pop_front() else { break };
             s.queued_bytes -= delivery.weight();
-            let expired = delivery.message.is_expired(now);
-            if expired || !s.acl.allows(Access::Read, &delivery.message.topic) {
-                if expired {
-                    stats.expired += 1;
-                } else {
-                    stats.filtered += 1;
-                }
+            // The receiver's ACL was checked when the message was queued, and `set_acl` drops
+            // what new rules hide, so only expiry is left to check here.
+            if delivery.message.is_expired(now) {
+                stats.expired += 1;
                 if delivery.qos != QoS::AtMostOnce {
                     s.record(|| Change::Done { client_id: self.client_id.clone(), entry });
                 }
@@ -821,8 +886,6 @@ pub struct DrainStats {
     pub taken: usize,
     /// Messages dropped because they expired while queued.
     pub expired: usize,
-    /// Messages dropped because the receiver's ACL no longer allows them.
-    pub filtered: usize,
     /// Whether more could be taken right away (the batch limit stopped it).
     pub more: bool,
     /// Under durability `always`, the journal sequence number the output must wait for.
@@ -999,7 +1062,7 @@ mod tests {
     }
 
     #[test]
-    fn acl_filters_at_enqueue_and_again_at_drain() {
+    fn acl_filters_at_enqueue_and_when_rules_change() {
         let s = online(10);
         let rules = [Rule { pattern: "a/#".into(), permission: Permission::Read }];
         s.set_acl(Acl::compile(Some(&rules), None, "c"));
@@ -1007,6 +1070,7 @@ mod tests {
         assert_eq!(s.enqueue(delivery("a/1", QoS::AtMostOnce), false), Enqueued::Queued);
         s.set_acl(Acl::compile(Some(&[]), None, "c"));
         assert!(drain_all(&s, 10).is_empty(), "rules changed while queued");
+        assert_eq!(s.queue_len(), 0);
     }
 
     #[test]

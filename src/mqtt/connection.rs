@@ -32,7 +32,7 @@ use mesgd_core::session::{
     Delivery, Kick, Outgoing, PubRecOutcome, Session, SessionExpiry, SubscribeOptions,
 };
 use mesgd_core::topic::{SubscriptionFilter, TopicName};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 use super::Shared;
@@ -117,6 +117,21 @@ impl End {
 
 type IdentityChange = Pin<Box<dyn Future<Output = LiveIdentity> + Send>>;
 
+/// MQTT 5 topic aliases in both directions.
+#[derive(Default)]
+struct Aliases {
+    incoming: HashMap<u16, TopicName>,
+    outgoing: HashMap<TopicName, u16>,
+}
+
+/// Output that must wait until journal sequence number `until` is on disk: acknowledgements of
+/// messages queued for persistent sessions, QoS 2 messages whose packet id is being stored.
+/// Everything after a held packet is held too, so the order of packets is kept.
+struct Held {
+    until: u64,
+    bytes: BytesMut,
+}
+
 /// A connected MQTT client.
 pub(crate) struct Connection<S> {
     stream: S,
@@ -125,28 +140,28 @@ pub(crate) struct Connection<S> {
     session: Arc<Session>,
     generation: u64,
     client_id: Arc<str>,
-    username: Option<String>,
+    username: Option<Arc<str>>,
     acl: Acl,
     identity_change: Option<IdentityChange>,
     identity_expires: Option<Instant>,
     keep_alive: Option<Duration>,
     last_received: Instant,
+    /// The time at the start of the current poll: one clock read serves the whole batch.
+    now: Instant,
     timer: Option<Pin<Box<Sleep>>>,
-    will: Option<PendingWill>,
+    /// Boxed: most clients have no will, and this struct is what an idle connection costs.
+    will: Option<Box<PendingWill>>,
     session_expiry_was_zero: bool,
     window: usize,
     client_maximum_packet_size: u32,
     client_topic_alias_maximum: u16,
     request_problem_information: bool,
-    aliases_in: HashMap<u16, TopicName>,
-    aliases_out: HashMap<TopicName, u16>,
+    /// Topic aliases, created when the first one is used.
+    aliases: Option<Box<Aliases>>,
     inbuf: BytesMut,
     outbuf: BytesMut,
-    /// Output that must wait until journal sequence number `gate` is on disk (durability
-    /// `always`): acknowledgements of messages queued for persistent sessions, QoS 2 messages
-    /// whose packet id is being stored. Everything after a held packet is held too, in order.
-    gate: Option<u64>,
-    gated: BytesMut,
+    /// Output held until the journal has it on disk (durability `always`), while there is any.
+    held: Option<Box<Held>>,
     /// The journal, when acknowledgements wait for the disk.
     journal: Option<Arc<dyn Journal>>,
     scratch: Vec<Outgoing>,
@@ -182,25 +197,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             session: a.session,
             generation: a.generation,
             client_id: a.client_id,
-            username: a.identity.username.clone(),
+            username: a.identity.username.as_deref().map(Arc::from),
             acl: a.acl,
             identity_change,
             identity_expires: a.identity_expires,
             keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
             last_received: Instant::now(),
+            now: Instant::now(),
             timer: None,
-            will: a.will,
+            will: a.will.map(Box::new),
             session_expiry_was_zero: a.session_expiry_was_zero,
             window,
             client_maximum_packet_size: a.client_maximum_packet_size,
             client_topic_alias_maximum: a.client_topic_alias_maximum,
             request_problem_information: a.request_problem_information,
-            aliases_in: HashMap::new(),
-            aliases_out: HashMap::new(),
+            aliases: None,
             inbuf,
             outbuf: BytesMut::new(),
-            gate: None,
-            gated: BytesMut::new(),
+            held: None,
             journal: shared.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
             scratch: Vec::new(),
             shared,
@@ -216,17 +230,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     /// Runs the connection to its end, then publishes or schedules the will and hands the
     /// session back to the broker.
-    pub(crate) async fn run(mut self) {
+    pub(crate) async fn run(mut self: Box<Self>) {
         // CONNECT may have arrived together with further packets.
         let mut end = self.handle_input().err();
         if end.is_none() {
             end = Some(std::future::poll_fn(|cx| self.poll_run(cx)).await);
         }
         let end = end.unwrap_or(End::Closed);
-        self.finish(end).await;
+        Box::pin(self.finish(end)).await;
     }
 
-    async fn finish(mut self, end: End) {
+    async fn finish(mut self: Box<Self>, end: End) {
         match &end {
             End::Protocol { code, message } => {
                 tracing::info!(reason = ?code, %message, "closing connection: protocol error")
@@ -279,7 +293,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         use tokio::io::AsyncWriteExt;
         // Held acknowledgements go out once their messages are on disk, if that happens while
         // the connection is closing.
-        if self.gate.is_some() {
+        if self.held.is_some() {
             std::future::poll_fn(|cx| if self.release_gate(cx) { Poll::Ready(()) } else { Poll::Pending })
                 .await;
         }
@@ -294,6 +308,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         loop {
+            self.now = Instant::now();
             if let Some(kick) = self.session.take_kick(self.generation) {
                 return Poll::Ready(End::Kicked(kick));
             }
@@ -329,15 +344,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Result<bool, End> {
         let mut progress = false;
         while self.pending_output() < OUT_HIGH_WATER {
-            if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
-                self.inbuf.reserve(READ_CHUNK);
-            }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf) {
+            let polled = if self.inbuf.is_empty() {
+                // Nothing buffered: read onto the stack first, so that a wake-up with nothing to
+                // read (and every idle connection) allocates nothing.
+                let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ_CHUNK];
+                let mut read = ReadBuf::uninit(&mut stack);
+                match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
+                    Poll::Ready(Ok(())) => {
+                        self.inbuf.extend_from_slice(read.filled());
+                        Poll::Ready(Ok(read.filled().len()))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            } else {
+                if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
+                    self.inbuf.reserve(READ_CHUNK);
+                }
+                tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
+            };
+            match polled {
                 Poll::Pending => break,
                 Poll::Ready(Ok(0)) => return Err(End::Closed),
                 Poll::Ready(Ok(n)) => {
                     Stats::add(&self.shared.broker.stats().bytes_received, n as u64);
-                    self.last_received = Instant::now();
+                    self.last_received = self.now;
                     progress = true;
                     self.handle_input()?;
                 }
@@ -372,12 +403,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     /// Moves queued deliveries into the output. Returns whether more are ready right away.
     fn drain_session(&mut self, cx: &mut Context<'_>) -> bool {
-        let now = Instant::now();
+        let now = self.now;
         let mut batch = std::mem::take(&mut self.scratch);
         let stats =
             self.session.drain(self.generation, self.window, DRAIN_BATCH, now, cx.waker(), &mut batch);
         self.hold_until(stats.gate);
-        if stats.expired + stats.filtered > 0 {
+        if stats.expired > 0 {
             Stats::add(&self.shared.broker.stats().messages_dropped, stats.expired as u64);
         }
         for o in batch.drain(..) {
@@ -449,31 +480,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     /// Where output goes now: the socket buffer, or the held buffer while a gate is closed.
     fn out(&mut self) -> &mut BytesMut {
-        if self.gate.is_some() { &mut self.gated } else { &mut self.outbuf }
+        match &mut self.held {
+            Some(held) => &mut held.bytes,
+            None => &mut self.outbuf,
+        }
     }
 
     /// Output not yet written, held or not (for backpressure).
     fn pending_output(&self) -> usize {
-        self.outbuf.len() + self.gated.len()
+        self.outbuf.len() + self.held.as_ref().map_or(0, |h| h.bytes.len())
     }
 
     /// Holds all further output until journal sequence number `seq` is durable (only when
     /// acknowledgements wait for the disk).
     fn hold_until(&mut self, seq: Option<u64>) {
-        if let (Some(seq), Some(_)) = (seq, &self.journal) {
-            self.gate = self.gate.max(Some(seq));
+        let (Some(seq), Some(_)) = (seq, &self.journal) else { return };
+        match &mut self.held {
+            Some(held) => held.until = held.until.max(seq),
+            None => self.held = Some(Box::new(Held { until: seq, bytes: BytesMut::new() })),
         }
     }
 
     /// Releases held output once it may go; returns whether nothing is held any more.
     fn release_gate(&mut self, cx: &mut Context<'_>) -> bool {
-        let (Some(seq), Some(journal)) = (self.gate, &self.journal) else { return true };
-        if !journal.poll_durable(seq, cx.waker()) {
+        let (Some(held), Some(journal)) = (&self.held, &self.journal) else { return true };
+        if !journal.poll_durable(held.until, cx.waker()) {
             return false;
         }
-        self.gate = None;
-        let held = std::mem::take(&mut self.gated);
-        self.outbuf.extend_from_slice(&held);
+        if let Some(held) = self.held.take() {
+            self.outbuf.extend_from_slice(&held.bytes);
+        }
         true
     }
 
@@ -497,10 +533,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     fn write_delivery(&mut self, delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: Instant) {
         let message = &delivery.message;
+        let v5 = is_v5(self.version);
+        let plain = !v5
+            || (message.properties.is_empty()
+                && message.expires_at.is_none()
+                && delivery.subscription_ids.is_empty()
+                && self.client_topic_alias_maximum == 0);
+        if plain {
+            // Nothing per-subscriber but the header: written straight from the message.
+            let before = self.out().len();
+            let version = self.version;
+            let written = mqtt::encode_plain_publish(
+                version,
+                dup,
+                delivery.qos,
+                delivery.retain,
+                message.topic.as_str(),
+                packet_id,
+                &message.payload,
+                self.out(),
+            );
+            if let Err(e) = written {
+                tracing::error!(error = %e, "could not encode a PUBLISH");
+            }
+            self.check_delivered_size(before, packet_id);
+            return;
+        }
         let mut properties = PublishProperties::default();
         let mut topic: Arc<str> = message.topic.as_arc().clone();
         let mut new_alias = None;
-        if is_v5(self.version) {
+        if v5 {
             let p = &message.properties;
             properties.payload_format_indicator = p.payload_format_indicator;
             properties.content_type = p.content_type.clone();
@@ -510,13 +572,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             properties.message_expiry_interval = message.remaining_expiry(now);
             properties.subscription_identifiers = delivery.subscription_ids.to_vec();
             if self.client_topic_alias_maximum > 0 {
-                match self.aliases_out.get(&message.topic) {
+                let aliases = self.aliases.get_or_insert_with(Box::default);
+                match aliases.outgoing.get(&message.topic) {
                     Some(&alias) => {
                         properties.topic_alias = Some(alias);
                         topic = Arc::from("");
                     }
-                    None if self.aliases_out.len() < usize::from(self.client_topic_alias_maximum) => {
-                        let alias = self.aliases_out.len() as u16 + 1;
+                    None if aliases.outgoing.len() < usize::from(self.client_topic_alias_maximum) => {
+                        let alias = aliases.outgoing.len() as u16 + 1;
                         new_alias = Some(alias);
                         properties.topic_alias = Some(alias);
                     }
@@ -535,9 +598,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         });
         let before = self.out().len();
         self.write_packet(&publish);
+        // The mapping exists only once the client has received the packet that sets it: a
+        // dropped packet must not leave later ones referring to an alias the client never saw.
+        if self.check_delivered_size(before, packet_id) {
+            if let Some(alias) = new_alias {
+                self.aliases.get_or_insert_with(Box::default).outgoing.insert(message.topic.clone(), alias);
+            }
+        }
+    }
+
+    /// After a PUBLISH was written from `before` on: takes it back if it is larger than the
+    /// client accepts ([MQTT-3.1.2-25]: dropped as if delivered), and counts it. Returns whether
+    /// it stays.
+    fn check_delivered_size(&mut self, before: usize, packet_id: Option<u16>) -> bool {
         let size = self.out().len() - before;
         if size > self.client_maximum_packet_size as usize {
-            // [MQTT-3.1.2-25]: never send more than the client accepts; drop it as if delivered.
             self.out().truncate(before);
             if let Some(id) = packet_id {
                 self.session.discard_inflight(id);
@@ -548,14 +623,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 max = self.client_maximum_packet_size,
                 "message dropped: larger than the client's maximum packet size"
             );
-            return;
-        }
-        // The mapping exists only once the client has received the packet that sets it: a
-        // dropped packet must not leave later ones referring to an alias the client never saw.
-        if let Some(alias) = new_alias {
-            self.aliases_out.insert(message.topic.clone(), alias);
+            return false;
         }
         Stats::add(&self.shared.broker.stats().messages_sent, 1);
+        true
     }
 
     // ------------------------------------------------------------------ input
@@ -656,7 +727,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     format!("topic alias {a} exceeds the maximum"),
                 ));
             }
-            Some(a) if topic.is_empty() => match self.aliases_in.get(&a) {
+            Some(a) if topic.is_empty() => match self.aliases.as_ref().and_then(|al| al.incoming.get(&a)) {
                 Some(t) => return Ok(t.clone()),
                 None => {
                     return Err(End::protocol(
@@ -673,7 +744,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             return Err(End::protocol(ReasonCode::TopicNameInvalid, "topic name has too many levels"));
         }
         if let Some(a) = alias {
-            self.aliases_in.insert(a, name.clone());
+            self.aliases.get_or_insert_with(Box::default).incoming.insert(a, name.clone());
         }
         Ok(name)
     }
@@ -737,8 +808,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 );
                 if v5 {
                     message.properties = MessageProperties::from_publish(&p.properties);
-                    message =
-                        message.with_expiry_interval(p.properties.message_expiry_interval, Instant::now());
+                    message = message.with_expiry_interval(p.properties.message_expiry_interval, self.now);
                 }
                 let routed = self.shared.broker.publish(message);
                 self.hold_until(routed.durable_seq);

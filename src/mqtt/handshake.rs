@@ -98,7 +98,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     listener: Arc<str>,
     tls: Option<TlsInfo>,
     shared: Arc<Shared>,
-) -> Result<Connection<S>, Refused> {
+) -> Result<Box<Connection<S>>, Refused> {
     let settings = &shared.settings;
     let mut inbuf = BytesMut::new();
     let connect = match tokio::time::timeout(
@@ -320,7 +320,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         present = opened.present,
         "connected"
     );
-    Ok(Connection::new(
+    Ok(Box::new(Connection::new(
         stream,
         shared.clone(),
         super::connection::Accepted {
@@ -341,7 +341,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         },
         inbuf,
         &connack,
-    ))
+    )))
 }
 
 /// A random 64-bit number for generated client ids, from the standard library's randomly

@@ -70,18 +70,24 @@ pub(crate) struct Shared {
 }
 
 /// Serves one MQTT connection on `stream` until it ends.
-pub(crate) async fn serve<S>(
+///
+/// The returned future is what an idle connection costs in memory, so it is built to hold
+/// little: the handshake (large, short-lived) is boxed here, before the future exists, and the
+/// connection it produces lives in a box of its own.
+pub(crate) fn serve<S>(
     stream: S,
     peer: SocketAddr,
     listener: Arc<str>,
     tls: Option<TlsInfo>,
     shared: Arc<Shared>,
-) where
+) -> impl std::future::Future<Output = ()> + Send
+where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let span = tracing::info_span!("mqtt", %peer, listener = %listener, client_id = tracing::field::Empty);
+    let handshake = Box::pin(handshake::handshake(stream, peer, listener, tls, shared.clone()));
     async move {
-        match handshake::handshake(stream, peer, listener, tls, shared.clone()).await {
+        match handshake.await {
             Ok(connection) => {
                 shared.broker.stats().clients_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 connection.run().await;
@@ -94,5 +100,4 @@ pub(crate) async fn serve<S>(
         }
     }
     .instrument(span)
-    .await
 }

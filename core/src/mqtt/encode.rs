@@ -35,6 +35,54 @@ pub fn encode(packet: &Packet, version: ProtocolVersion, buf: &mut BytesMut) -> 
     Ok(())
 }
 
+/// Appends a PUBLISH without properties (a 5.0 one carries an empty property block), as
+/// [`encode`] would write the equivalent [`Publish`], but without building one: the broker sends
+/// most messages this way, once per subscriber, so skipping the intermediate packet matters.
+/// `topic` must be a valid topic name (the broker's `TopicName` guarantees it).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_plain_publish(
+    version: ProtocolVersion,
+    dup: bool,
+    qos: QoS,
+    retain: bool,
+    topic: &str,
+    packet_id: Option<u16>,
+    payload: &[u8],
+    buf: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    if packet_id.is_some() != (qos != QoS::AtMostOnce) {
+        return Err(EncodeError::PacketIdDoesNotMatchQoS(qos));
+    }
+    if packet_id == Some(0) {
+        return Err(EncodeError::ZeroPacketId);
+    }
+    if dup && qos == QoS::AtMostOnce {
+        return Err(EncodeError::DupOnQoS0);
+    }
+    if topic.len() > usize::from(u16::MAX) {
+        return Err(EncodeError::StringTooLong(topic.len()));
+    }
+    let remaining =
+        2 + topic.len() + packet_id.map_or(0, |_| 2) + usize::from(version.is_v5()) + payload.len();
+    let remaining_u32 = u32::try_from(remaining)
+        .ok()
+        .filter(|&r| r <= MAX_VAR_INT)
+        .ok_or(EncodeError::PacketTooLarge(remaining))?;
+    buf.reserve(1 + var_int_len(remaining_u32) + remaining);
+    buf.put_u8(0x30 | (u8::from(dup) << 3) | ((qos as u8) << 1) | u8::from(retain));
+    encode_var_int(remaining_u32, buf)?;
+    buf.put_u16(topic.len() as u16);
+    buf.put_slice(topic.as_bytes());
+    if let Some(id) = packet_id {
+        buf.put_u16(id);
+    }
+    if version.is_v5() {
+        buf.put_u8(0);
+    }
+    buf.put_slice(payload);
+    Ok(())
+}
+
 /// The number of bytes [`encode`] would append, fixed header included: what a server compares
 /// with the client's Maximum Packet Size before sending.
 pub fn encoded_len(packet: &Packet, version: ProtocolVersion) -> Result<usize, EncodeError> {
@@ -259,5 +307,65 @@ fn auth<S: Sink>(a: &Auth, v: ProtocolVersion, s: &mut S) {
     if a.reason_code != ReasonCode::Success || !a.properties.is_empty() {
         s.u8(a.reason_code.code());
         put_block(s, &a.properties);
+    }
+}
+
+#[cfg(test)]
+mod plain_publish_tests {
+    use bytes::{Bytes, BytesMut};
+
+    use super::*;
+    use crate::mqtt::{PublishProperties, decode};
+
+    #[test]
+    fn writes_exactly_what_encode_writes_for_the_same_publish() {
+        let sizes = [0usize, 1, 100, 116, 117, 118, 16_370, 16_400, 70_000];
+        for version in [ProtocolVersion::V31, ProtocolVersion::V311, ProtocolVersion::V5] {
+            for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+                for (dup, retain) in [(false, false), (true, true), (false, true)] {
+                    if dup && qos == QoS::AtMostOnce {
+                        continue;
+                    }
+                    for &size in &sizes {
+                        let packet_id = (qos != QoS::AtMostOnce).then_some(4711);
+                        let payload = Bytes::from(vec![0xA5; size]);
+                        let publish = Packet::Publish(Publish {
+                            dup,
+                            qos,
+                            retain,
+                            topic: "a/b/c".into(),
+                            packet_id,
+                            properties: PublishProperties::default(),
+                            payload: payload.clone(),
+                        });
+                        let mut expected = BytesMut::new();
+                        encode(&publish, version, &mut expected).unwrap();
+                        let mut fast = BytesMut::new();
+                        encode_plain_publish(
+                            version, dup, qos, retain, "a/b/c", packet_id, &payload, &mut fast,
+                        )
+                        .unwrap();
+                        assert_eq!(
+                            fast, expected,
+                            "{version:?} {qos:?} dup={dup} retain={retain} size={size}"
+                        );
+                        assert_eq!(decode(&mut fast, Some(version), u32::MAX).unwrap(), Some(publish));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_what_encode_refuses() {
+        let mut buf = BytesMut::new();
+        let v = ProtocolVersion::V311;
+        assert!(encode_plain_publish(v, false, QoS::AtLeastOnce, false, "t", None, b"", &mut buf).is_err());
+        assert!(encode_plain_publish(v, false, QoS::AtMostOnce, false, "t", Some(1), b"", &mut buf).is_err());
+        assert!(
+            encode_plain_publish(v, false, QoS::AtLeastOnce, false, "t", Some(0), b"", &mut buf).is_err()
+        );
+        assert!(encode_plain_publish(v, true, QoS::AtMostOnce, false, "t", None, b"", &mut buf).is_err());
+        assert!(buf.is_empty(), "nothing appended on error");
     }
 }

@@ -54,7 +54,7 @@ mod wire;
 mod tests;
 
 pub use decode::decode;
-pub use encode::{encode, encoded_len};
+pub use encode::{encode, encode_plain_publish, encoded_len};
 pub use error::{DecodeError, EncodeError};
 pub use packet::{
     Auth, ConnAck, Connect, Disconnect, Packet, PacketType, ProtocolVersion, PubResponse, Publish, QoS,
