@@ -148,6 +148,8 @@ pub(crate) struct Connection<S> {
     last_received: Instant,
     /// The time at the start of the current poll: one clock read serves the whole batch.
     now: Instant,
+    /// Whether this poll routed a message to someone (see `poll_run`).
+    routed: bool,
     timer: Option<Pin<Box<Sleep>>>,
     /// Boxed: most clients have no will, and this struct is what an idle connection costs.
     will: Option<Box<PendingWill>>,
@@ -204,6 +206,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
             last_received: Instant::now(),
             now: Instant::now(),
+            routed: false,
             timer: None,
             will: a.will.map(Box::new),
             session_expiry_was_zero: a.session_expiry_was_zero,
@@ -315,17 +318,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if let Some(end) = self.poll_identity(cx) {
                 return Poll::Ready(end);
             }
+            // Output first: a connection woken because messages were queued for it writes them
+            // before it spends a system call finding that its socket has nothing to read.
             let mut again = false;
-            match self.poll_read(cx) {
-                Ok(progress) => again |= progress,
-                Err(end) => return Poll::Ready(end),
-            }
             if self.pending_output() < OUT_HIGH_WATER {
                 again |= self.drain_session(cx);
             }
             self.release_gate(cx);
             if let Err(e) = self.poll_write(cx) {
                 return Poll::Ready(End::Io(e));
+            }
+            match self.poll_read(cx) {
+                Ok(progress) => again |= progress,
+                Err(end) => return Poll::Ready(end),
+            }
+            if self.routed {
+                // Let the subscribers this read woke write their deliveries before this
+                // connection reads again or writes its acknowledgements, as a single-threaded
+                // broker would: at low load that takes two system calls off every message's
+                // path. This task runs again right after them.
+                self.routed = false;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             if let Some(end) = self.poll_timer(cx) {
                 return Poll::Ready(end);
@@ -371,6 +385,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     self.last_received = self.now;
                     progress = true;
                     self.handle_input()?;
+                    if self.routed {
+                        break;
+                    }
                 }
                 Poll::Ready(Err(e)) => return Err(End::Io(e)),
             }
@@ -812,6 +829,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 }
                 let routed = self.shared.broker.publish(message);
                 self.hold_until(routed.durable_seq);
+                self.routed |= routed.delivered > 0;
                 if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
                     reason = ReasonCode::NoMatchingSubscribers;
                 }
