@@ -430,6 +430,31 @@ async fn an_unrestricted_client_may_do_everything() {
     }
 }
 
+#[tokio::test]
+async fn messages_queued_offline_are_checked_against_the_rules_of_the_resuming_connection() {
+    let server = jwt_server(0).await;
+    for proto in BOTH {
+        let wide = rules(&[("news/#", "read"), ("ctl/#", "read")]);
+        let reader = with_acl(proto, &server, "resumer", "reader", wide).persistent();
+        let client_id = reader.client_id.clone();
+        let mut first = reader.connect().await;
+        first.subscribe_ok("news/#").await;
+        first.subscribe_ok("ctl/#").await;
+        first.kill();
+        let session = server.broker().session(&client_id).expect("persistent session");
+        common::within("the session to go offline", session.wait_detached()).await;
+
+        let mut publisher = anonymous(proto, &server, "offline-pub").connect().await;
+        publisher.publish("news/x", 1, false, b"hidden now").await;
+        publisher.publish("ctl/x", 1, false, b"marker").await;
+
+        // The same client comes back with a token that no longer grants `news/#`.
+        let narrow = rules(&[("ctl/#", "read")]);
+        let mut resumed = with_acl(proto, &server, "resumer", "reader", narrow).persistent().connect().await;
+        expect_next(&mut resumed, "ctl/x", b"marker").await;
+    }
+}
+
 // ------------------------------------------------------------------------- live changes
 
 /// A server with a builtin provider that checks the store for changes every 10 ms, and

@@ -336,11 +336,12 @@ impl Session {
     // ----------------------------------------------------------------- connection lifecycle
 
     /// Attaches connection `generation`, with the receiver ACL of its identity and its session
-    /// expiry. Clears any pending kick.
+    /// expiry. Clears any pending kick. Messages queued while the session was offline were checked
+    /// against the previous connection's rules; those the new ACL hides are dropped here.
     pub fn attach(&self, generation: u64, acl: Acl, expiry: SessionExpiry) {
         let mut s = self.state();
         s.connection = Some(generation);
-        s.acl = acl;
+        s.replace_acl(acl, &self.client_id);
         s.expiry = expiry;
         s.kick = None;
         s.waker = None;
@@ -398,21 +399,7 @@ impl Session {
     /// new rules hide: they were checked against the old rules when they were queued. (Messages
     /// already sent are past the point of delivery.)
     pub fn set_acl(&self, acl: Acl) {
-        let mut s = self.state();
-        s.acl = acl;
-        let queue = std::mem::take(&mut s.queue);
-        let mut kept = VecDeque::with_capacity(queue.len());
-        for q in queue {
-            if s.acl.allows(Access::Read, &q.delivery.message.topic) {
-                kept.push_back(q);
-            } else {
-                s.queued_bytes -= q.delivery.weight();
-                if q.delivery.qos != QoS::AtMostOnce {
-                    s.record(|| Change::Done { client_id: self.client_id.clone(), entry: q.entry });
-                }
-            }
-        }
-        s.queue = kept;
+        self.state().replace_acl(acl, &self.client_id);
     }
 
     /// The session expiry.
@@ -898,6 +885,27 @@ impl State {
         self.journal.as_ref().map(|j| j.record(change()))
     }
 
+    /// Installs a receiver ACL and drops the queued messages it does not let through.
+    fn replace_acl(&mut self, acl: Acl, client_id: &Arc<str>) {
+        self.acl = acl;
+        if self.queue.is_empty() {
+            return;
+        }
+        let queue = std::mem::take(&mut self.queue);
+        let mut kept = VecDeque::with_capacity(queue.len());
+        for q in queue {
+            if self.acl.allows(Access::Read, &q.delivery.message.topic) {
+                kept.push_back(q);
+            } else {
+                self.queued_bytes -= q.delivery.weight();
+                if q.delivery.qos != QoS::AtMostOnce {
+                    self.record(|| Change::Done { client_id: client_id.clone(), entry: q.entry });
+                }
+            }
+        }
+        self.queue = kept;
+    }
+
     /// Ends an in-flight message (acknowledged or discarded).
     fn finish(&mut self, client_id: &Arc<str>, packet_id: u16) -> bool {
         let Some(f) = self.inflight.remove(&packet_id) else { return false };
@@ -958,10 +966,14 @@ mod tests {
     }
 
     fn drain_all(s: &Session, window: usize) -> Vec<Outgoing> {
+        drain_as(s, 1, window)
+    }
+
+    fn drain_as(s: &Session, generation: u64, window: usize) -> Vec<Outgoing> {
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let waker = Waker::from(flag);
         let mut out = Vec::new();
-        s.drain(1, window, usize::MAX, Instant::now(), &waker, &mut out);
+        s.drain(generation, window, usize::MAX, Instant::now(), &waker, &mut out);
         out
     }
 
@@ -1071,6 +1083,26 @@ mod tests {
         s.set_acl(Acl::compile(Some(&[]), None, "c"));
         assert!(drain_all(&s, 10).is_empty(), "rules changed while queued");
         assert_eq!(s.queue_len(), 0);
+    }
+
+    #[test]
+    fn resuming_with_narrower_rules_drops_what_they_hide() {
+        let s = online(10);
+        let everything = [Rule { pattern: "#".into(), permission: Permission::Read }];
+        s.set_acl(Acl::compile(Some(&everything), None, "c"));
+        assert!(s.detach(1, Instant::now()));
+        assert_eq!(s.enqueue(delivery("a/1", QoS::AtLeastOnce), false), Enqueued::Queued);
+        assert_eq!(s.enqueue(delivery("b/1", QoS::AtLeastOnce), false), Enqueued::Queued);
+        let only_a = [Rule { pattern: "a/#".into(), permission: Permission::Read }];
+        s.attach(2, Acl::compile(Some(&only_a), None, "c"), SessionExpiry::Never);
+        let sent: Vec<String> = drain_as(&s, 2, 10)
+            .into_iter()
+            .filter_map(|o| match o {
+                Outgoing::Publish { delivery, .. } => Some(delivery.message.topic.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, ["a/1"]);
     }
 
     #[test]

@@ -657,12 +657,28 @@ pub mod auth {
         pub client_id: String,
         pub credentials: Option<(String, String)>,
         pub will: Option<(String, Vec<u8>)>,
+        /// Resume (or create) a session that outlives the connection.
+        pub persistent: bool,
     }
 
     impl Login {
         /// A clean-session CONNECT without credentials or will.
         pub fn new(proto: Proto, port: u16, client_id: &str) -> Login {
-            Login { proto, port, client_id: client_id.into(), credentials: None, will: None }
+            Login {
+                proto,
+                port,
+                client_id: client_id.into(),
+                credentials: None,
+                will: None,
+                persistent: false,
+            }
+        }
+
+        /// With a persistent session: clean session 0 (3.1.1), or clean start 0 and a session
+        /// expiry of an hour (5.0).
+        pub fn persistent(mut self) -> Login {
+            self.persistent = true;
+            self
         }
 
         /// With a username and password.
@@ -679,6 +695,7 @@ pub mod auth {
 
         fn v3_options(&self) -> rumqttc::MqttOptions {
             let mut o = v3::options(&self.client_id, self.port);
+            o.set_clean_session(!self.persistent);
             if let Some((u, p)) = &self.credentials {
                 o.set_credentials(u.clone(), p.clone());
             }
@@ -695,6 +712,10 @@ pub mod auth {
 
         fn v5_options(&self) -> rumqttc::v5::MqttOptions {
             let mut o = v5::options(&self.client_id, self.port);
+            if self.persistent {
+                o.set_clean_start(false);
+                o.set_session_expiry_interval(Some(3600));
+            }
             if let Some((u, p)) = &self.credentials {
                 o.set_credentials(u.clone(), p.clone());
             }
