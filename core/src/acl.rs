@@ -38,6 +38,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -207,8 +208,14 @@ pub struct AclSource {
     pub client_id: String,
 }
 
+/// Source of [`Acl::stamp`] values; 0 is never handed out.
+static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
+
 #[derive(Debug)]
 struct Compiled {
+    /// Unique per compilation, so that a decision cached under this ACL is never mistaken for
+    /// one made under another (see [`Acl::stamp`]).
+    stamp: u64,
     /// The rules that decide reads (read, readwrite, deny), in order.
     read: Box<[Entry]>,
     /// The rules that decide writes (write, readwrite, deny), in order.
@@ -272,7 +279,13 @@ impl Acl {
             .map(Box::from)
             .collect();
         Acl {
-            rules: Some(Arc::new(Compiled { read: read.into(), write: write.into(), max_levels, x_levels })),
+            rules: Some(Arc::new(Compiled {
+                stamp: NEXT_STAMP.fetch_add(1, Ordering::Relaxed),
+                read: read.into(),
+                write: write.into(),
+                max_levels,
+                x_levels,
+            })),
             source,
         }
     }
@@ -280,6 +293,37 @@ impl Acl {
     /// Whether this ACL allows everything (the client had no rule list).
     pub fn is_unrestricted(&self) -> bool {
         self.rules.is_none()
+    }
+
+    /// Identifies this compilation: equal stamps mean the same compiled rules. A decision
+    /// cached with a stamp (see [`Acl::allows_every`]) holds while the session's ACL has that
+    /// stamp. Stamps are never reused; the unrestricted ACL, which needs no caching, has 0.
+    pub fn stamp(&self) -> u64 {
+        self.rules.as_ref().map_or(0, |compiled| compiled.stamp)
+    }
+
+    /// Whether **every** topic that `filter` matches is readable, so that messages arriving
+    /// through a subscription to `filter` need no check of their own. May answer false when the
+    /// answer is true (the caller then checks each message); never the reverse.
+    ///
+    /// Why a true answer is right: let *C* be the first read rule whose pattern covers the whole
+    /// filter. Every read rule before *C* that shares a topic with the filter allows (else the
+    /// answer is false). For a topic *T* of the filter, the first rule matching *T* is either one
+    /// of those earlier rules, which allows, or *C*, which allows.
+    pub fn allows_every(&self, filter: &TopicFilter) -> bool {
+        let Some(compiled) = &self.rules else { return true };
+        if let Some(topic) = filter.to_topic_name() {
+            return self.allows(Access::Read, &topic);
+        }
+        for entry in compiled.read.iter() {
+            if covers(&entry.filter, filter) {
+                return entry.allow;
+            }
+            if !entry.allow && may_intersect(&entry.filter, filter) {
+                return false;
+            }
+        }
+        false
     }
 
     /// Whether `access` to `topic` is allowed: the check on the publish and delivery path.
@@ -360,6 +404,48 @@ impl Acl {
             }
         }
         false
+    }
+}
+
+/// Whether `pattern` matches every topic that `filter` matches (a sufficient test: some covers
+/// it does not see, such as `a/+` and `a/x` both inside `a/#`, need no special case).
+fn covers(pattern: &TopicFilter, filter: &TopicFilter) -> bool {
+    let mut p = pattern.levels();
+    let mut f = filter.levels();
+    for i in 0.. {
+        match (p.next(), f.next()) {
+            (Some("#"), first) => {
+                // A pattern that starts with a wildcard misses `$` topics; a filter that starts
+                // with a wildcard has none, one that starts with a `$` literal has only those.
+                return i > 0 || !first.is_some_and(|l| l.starts_with('$'));
+            }
+            (None, None) => return true,
+            (Some("+"), Some(level)) if level != "#" => {
+                if i == 0 && level.starts_with('$') {
+                    return false;
+                }
+            }
+            (Some(pl), Some(fl)) if pl == fl && fl != "+" && fl != "#" => {}
+            (Some("+"), Some("+")) => {}
+            _ => return false,
+        }
+    }
+    unreachable!()
+}
+
+/// Whether some topic may be matched by both filters: false only when none can be (a literal
+/// differs, or the lengths cannot meet). Answering true for `$` topics that a leading wildcard
+/// would in fact exclude is allowed: callers only lose a shortcut.
+fn may_intersect(a: &TopicFilter, b: &TopicFilter) -> bool {
+    let mut a = a.levels();
+    let mut b = b.levels();
+    loop {
+        match (a.next(), b.next()) {
+            (Some("#"), _) | (_, Some("#")) | (None, None) => return true,
+            (Some(_), None) | (None, Some(_)) => return false,
+            (Some(x), Some(y)) if x == "+" || y == "+" || x == y => {}
+            _ => return false,
+        }
     }
 }
 
@@ -739,6 +825,47 @@ mod tests {
     }
 
     #[test]
+    fn allows_every_is_true_only_where_nothing_is_hidden() {
+        let acl = Acl::compile(
+            Some(&[
+                Rule::new("admin/#", Deny),
+                Rule::new("logs/+/debug", Deny),
+                Rule::new("logs/#", Read),
+                Rule::new("b/#", ReadWrite),
+                Rule::new("$SYS/#", Read),
+            ]),
+            None,
+            "c",
+        );
+        for covered in ["b/1/in/#", "b/+/fan", "b/x", "b/#", "logs/a/info", "$SYS/broker/#"] {
+            assert!(acl.allows_every(&filter(covered)), "{covered}");
+        }
+        // logs/+/debug is denied inside logs/#; # also reaches admin/ and the unlisted rest;
+        // +/x would need a rule for every first level; a/# has no rule at all.
+        for partial in ["logs/#", "logs/+/+", "#", "+/x", "a/#", "admin/x", "logs/a/debug"] {
+            assert!(!acl.allows_every(&filter(partial)), "{partial}");
+        }
+        assert!(Acl::unrestricted().allows_every(&filter("#")));
+        // A leading wildcard does not reach `$` topics.
+        let everything = Acl::compile(Some(&[Rule::new("#", Read)]), None, "c");
+        assert!(everything.allows_every(&filter("+/x")));
+        assert!(!everything.allows_every(&filter("$SYS/#")));
+    }
+
+    #[test]
+    fn stamps_tell_compilations_apart() {
+        let rules = [Rule::new("a/#", Read)];
+        let one = Acl::compile(Some(&rules), None, "c");
+        let two = Acl::compile(Some(&rules), None, "c");
+        assert_ne!(one.stamp(), two.stamp());
+        let shared = one.clone();
+        assert_eq!(one.stamp(), shared.stamp(), "clones share the compilation");
+        drop(shared);
+        assert_ne!(one.stamp(), 0);
+        assert_eq!(Acl::unrestricted().stamp(), 0);
+    }
+
+    #[test]
     fn fresh_level_avoids_every_literal() {
         assert_eq!(fresh_level(["a", "b", "+"].into_iter()), "x0");
         assert_eq!(fresh_level(["x0", "x1", "x", "x3"].into_iter()), "x2");
@@ -836,6 +963,10 @@ mod tests {
                 let witness = topics.iter().find(|t| flt.matches(t) && reference_allows(&rules, Access::Read, t));
                 prop_assert_eq!(acl.allows_subscribe(&flt), witness.is_some(),
                     "filter {} rules {:?} witness {:?}", f, rules, witness);
+                if acl.allows_every(&flt) {
+                    let hidden = topics.iter().find(|t| flt.matches(t) && !reference_allows(&rules, Access::Read, t));
+                    prop_assert!(hidden.is_none(), "filter {} rules {:?} hides {:?}", f, rules, hidden);
+                }
             }
         }
     }

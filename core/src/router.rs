@@ -29,6 +29,8 @@ const SHARDS: usize = 16;
 struct Subscriber {
     session: Arc<Session>,
     options: SubscribeOptions,
+    /// The session's [`Session::readable_stamp`] for the filter, taken when it subscribed.
+    readable: u64,
 }
 
 #[derive(Debug)]
@@ -61,6 +63,8 @@ struct Target {
     no_local: bool,
     subscription_ids: SubscriptionIds,
     shared: Option<SharedRoute>,
+    /// A stamp under which the message is known to be readable (0: check it).
+    readable: u64,
 }
 
 thread_local! {
@@ -168,12 +172,14 @@ impl Router {
                 &mut entry.groups[index].members
             }
         };
+        let readable = session.readable_stamp(filter.filter());
         if let Some(existing) = list.iter_mut().find(|s| s.session.id() == session.id()) {
             existing.options = options;
             existing.session = session.clone();
+            existing.readable = readable;
             true
         } else {
-            list.push(Subscriber { session: session.clone(), options });
+            list.push(Subscriber { session: session.clone(), options, readable });
             self.count.fetch_add(1, Ordering::Relaxed);
             false
         }
@@ -239,7 +245,7 @@ impl Router {
                 shared: t.shared,
             };
             let refused = delivery.shared.is_some().then(|| delivery.clone());
-            let (mut outcome, mut seq) = t.session.enqueue_journaled(delivery, t.no_local);
+            let (mut outcome, mut seq) = t.session.enqueue_journaled(delivery, t.no_local, t.readable);
             if let (Enqueued::Filtered, Some(delivery)) = (outcome, refused) {
                 (outcome, seq) = self.offer_to_group(&delivery, t.session.id());
             }
@@ -282,7 +288,7 @@ impl Router {
                 subscription_ids: options.subscription_id.into_iter().collect(),
                 shared: delivery.shared.clone(),
             };
-            let (outcome, seq) = session.enqueue_journaled(offer, false);
+            let (outcome, seq) = session.enqueue_journaled(offer, false, 0);
             if outcome != Enqueued::Filtered {
                 return (outcome, seq);
             }
@@ -384,6 +390,7 @@ fn target(s: &Subscriber, qos: QoS, shared: Option<SharedRoute>) -> Target {
         no_local: s.options.no_local,
         subscription_ids: s.options.subscription_id.into_iter().collect(),
         shared,
+        readable: s.readable,
     }
 }
 
@@ -435,6 +442,10 @@ fn merge_overlapping(targets: &mut Vec<Target>) {
                 prev.no_local &= cur.no_local;
                 let ids = std::mem::take(&mut cur.subscription_ids);
                 prev.subscription_ids.extend(ids);
+                // The message is readable if any of the filters it came through says so.
+                if prev.readable == 0 {
+                    prev.readable = cur.readable;
+                }
                 continue;
             }
         }
@@ -598,6 +609,35 @@ mod tests {
         c.set_acl(Acl::compile(Some(&no_secrets), None, "c3"));
         let stats = r.route(&msg("secret/x", QoS::AtLeastOnce, None));
         assert_eq!((stats.delivered, stats.filtered), (0, 1), "nobody may read it");
+    }
+
+    #[test]
+    fn a_decision_cached_at_subscribe_time_ends_when_the_rules_change() {
+        use crate::acl::{Permission, Rule};
+        let r = Router::new();
+        let a = session(1);
+        a.set_acl(Acl::compile(
+            Some(&[Rule::new("admin/#", Permission::Deny), Rule::new("b/#", Permission::Read)]),
+            None,
+            "c1",
+        ));
+        // Covered entirely by `b/#`: messages through it skip the per-message check.
+        r.subscribe(&a, &sub("b/in/#"), opts(QoS::AtLeastOnce, None));
+        // Reaches `admin/`: each message is checked.
+        r.subscribe(&a, &sub("#"), opts(QoS::AtLeastOnce, None));
+        assert_eq!(r.route(&msg("b/in/1", QoS::AtLeastOnce, None)).delivered, 1);
+        assert_eq!(r.route(&msg("admin/x", QoS::AtLeastOnce, None)).filtered, 1);
+        assert_eq!(r.route(&msg("c/x", QoS::AtLeastOnce, None)).filtered, 1);
+        a.set_acl(Acl::compile(
+            Some(&[Rule::new("b/in/secret", Permission::Deny), Rule::new("b/#", Permission::Read)]),
+            None,
+            "c1",
+        ));
+        assert_eq!(r.route(&msg("b/in/secret", QoS::AtLeastOnce, None)).filtered, 1, "new rules, new check");
+        assert_eq!(r.route(&msg("b/in/2", QoS::AtLeastOnce, None)).delivered, 1);
+        a.set_acl(Acl::compile(Some(&[]), None, "c1"));
+        assert_eq!(r.route(&msg("b/in/3", QoS::AtLeastOnce, None)).filtered, 1);
+        assert_eq!(a.queue_len(), 0, "and what was queued is hidden too");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::acl::{Access, Acl};
 use crate::journal::{Change, Journal};
 use crate::message::{Message, SessionId};
 use crate::mqtt::{QoS, ReasonCode, RetainHandling};
-use crate::topic::SubscriptionFilter;
+use crate::topic::{SubscriptionFilter, TopicFilter};
 
 /// The subscription identifiers that travel with one delivery; almost always zero or one.
 pub type SubscriptionIds = SmallVec<[u32; 1]>;
@@ -465,18 +465,35 @@ impl Session {
     /// Pushes a delivery, applying the receiver's ACL, no-local and the queue limits, and wakes
     /// the connection. Called by the router on the publisher's task.
     pub fn enqueue(&self, delivery: Delivery, no_local: bool) -> Enqueued {
-        self.enqueue_journaled(delivery, no_local).0
+        self.enqueue_journaled(delivery, no_local, 0).0
+    }
+
+    /// The [`Acl::stamp`] under which every message through a subscription to `filter` is
+    /// readable, or 0 if each message must be checked. The router keeps it with the
+    /// subscription and hands it back to [`Session::enqueue_journaled`], which skips the check
+    /// while the session's ACL still has that stamp.
+    pub fn readable_stamp(&self, filter: &TopicFilter) -> u64 {
+        let s = self.state();
+        if s.acl.allows_every(filter) { s.acl.stamp() } else { 0 }
     }
 
     /// As [`Session::enqueue`], also returning the journal sequence number of the change, if
     /// the delivery was journalled (a QoS 1/2 message for a persistent session): its sender's
     /// acknowledgement must wait for it under durability `always`.
-    pub fn enqueue_journaled(&self, delivery: Delivery, no_local: bool) -> (Enqueued, Option<u64>) {
+    ///
+    /// `readable` is the subscription's [`Session::readable_stamp`] (0 if unknown).
+    pub fn enqueue_journaled(
+        &self,
+        delivery: Delivery,
+        no_local: bool,
+        readable: u64,
+    ) -> (Enqueued, Option<u64>) {
         if no_local && delivery.message.origin.session == Some(self.id) {
             return (Enqueued::Filtered, None);
         }
         let mut s = self.state();
-        if s.ended || !s.acl.allows(Access::Read, &delivery.message.topic) {
+        let checked = readable != 0 && readable == s.acl.stamp();
+        if s.ended || !(checked || s.acl.allows(Access::Read, &delivery.message.topic)) {
             return (Enqueued::Filtered, None);
         }
         if delivery.qos == QoS::AtMostOnce && s.connection.is_none() && !s.limits.queue_qos0_offline {
@@ -887,6 +904,11 @@ impl State {
 
     /// Installs a receiver ACL and drops the queued messages it does not let through.
     fn replace_acl(&mut self, acl: Acl, client_id: &Arc<str>) {
+        if acl.source().is_some() && acl.source() == self.acl.source() {
+            // The same rules for the same client (a reconnect): keep the compilation, and with
+            // its stamp the decisions cached on this session's subscriptions.
+            return;
+        }
         self.acl = acl;
         if self.queue.is_empty() {
             return;
