@@ -1,5 +1,5 @@
-//! Benchmarks of the MQTT codec: decode and encode of the packets on the hot path (PUBLISH at
-//! QoS 0 and 1 with a small payload, in 3.1.1 and 5.0), and of SUBSCRIBE and CONNECT.
+//! Benchmarks of the MQTT codec: decode and encode of every packet type — PUBLISH at QoS 0 and 1
+//! with a small payload and the acknowledgements in 3.1.1 and 5.0, the rest in one version each.
 //!
 //! Decoding reuses one receive buffer the way a connection does: the packet's bytes are appended
 //! (standing in for the socket read) and decoded off the front. Encoding appends to a send buffer
@@ -12,8 +12,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, criterion_group, criterion_main};
 use mesgd_core::mqtt::{
-    Connect, ConnectProperties, Packet, ProtocolVersion, Publish, PublishProperties, QoS, Subscribe,
-    SubscribeProperties, SubscriptionOptions, decode, encode,
+    Auth, ConnAck, Connect, ConnectProperties, Disconnect, Packet, ProtocolVersion, PubResponse, Publish,
+    PublishProperties, QoS, ReasonCode, SubAck, Subscribe, SubscribeProperties, SubscriptionOptions,
+    UnsubAck, Unsubscribe, decode, encode,
 };
 
 /// A typical telemetry message: a three-level topic and a 32-byte payload.
@@ -68,6 +69,10 @@ fn connect(version: ProtocolVersion) -> Packet {
     })
 }
 
+fn ack(packet_id: u16) -> PubResponse {
+    PubResponse { packet_id, ..PubResponse::default() }
+}
+
 fn cases() -> Vec<(&'static str, ProtocolVersion, Packet)> {
     use ProtocolVersion::{V5, V311};
     vec![
@@ -79,6 +84,43 @@ fn cases() -> Vec<(&'static str, ProtocolVersion, Packet)> {
         ("subscribe_v5", V5, subscribe(V5)),
         ("connect_v311", V311, connect(V311)),
         ("connect_v5", V5, connect(V5)),
+        ("connack_v5", V5, Packet::ConnAck(ConnAck::default())),
+        ("puback_v311", V311, Packet::PubAck(ack(4711))),
+        ("puback_v5", V5, Packet::PubAck(ack(4711))),
+        ("pubrec_v5", V5, Packet::PubRec(ack(4711))),
+        ("pubrel_v5", V5, Packet::PubRel(ack(4711))),
+        ("pubcomp_v5", V5, Packet::PubComp(ack(4711))),
+        (
+            "suback_v5",
+            V5,
+            Packet::SubAck(SubAck {
+                packet_id: 1,
+                reason_codes: vec![ReasonCode::GrantedQoS1, ReasonCode::Success],
+                ..SubAck::default()
+            }),
+        ),
+        (
+            "unsubscribe_v311",
+            V311,
+            Packet::Unsubscribe(Unsubscribe {
+                packet_id: 2,
+                filters: vec!["fleet/site7/+/temp".into()],
+                ..Unsubscribe::default()
+            }),
+        ),
+        (
+            "unsuback_v5",
+            V5,
+            Packet::UnsubAck(UnsubAck {
+                packet_id: 2,
+                reason_codes: vec![ReasonCode::Success],
+                ..UnsubAck::default()
+            }),
+        ),
+        ("pingreq_v311", V311, Packet::PingReq),
+        ("pingresp_v311", V311, Packet::PingResp),
+        ("disconnect_v5", V5, Packet::Disconnect(Disconnect::default())),
+        ("auth_v5", V5, Packet::Auth(Auth { reason_code: ReasonCode::ReAuthenticate, ..Auth::default() })),
     ]
 }
 
