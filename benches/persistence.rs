@@ -19,25 +19,11 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 const WINDOW: usize = 16;
 const PAYLOAD: usize = 64;
 
-fn var_int(mut n: usize, out: &mut Vec<u8>) {
-    loop {
-        let mut b = (n % 128) as u8;
-        n /= 128;
-        if n > 0 {
-            b |= 0x80;
-        }
-        out.push(b);
-        if n == 0 {
-            break;
-        }
-    }
-}
-
 fn frame(first: u8, body: &[u8]) -> Vec<u8> {
-    let mut v = vec![first];
-    var_int(body.len(), &mut v);
+    let mut v = BytesMut::from(&[first][..]);
+    mqtt::encode_var_int(body.len() as u32, &mut v).expect("bench packets are small");
     v.extend_from_slice(body);
-    v
+    v.to_vec()
 }
 
 fn string(s: &str) -> Vec<u8> {
