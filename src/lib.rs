@@ -11,9 +11,11 @@
 //! - `ws`: MQTT over WebSocket — the HTTP upgrade and binary frames as a byte stream.
 //! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
 //! - [`login_guard`]: slowing down repeated authentication failures.
+//! - `linger`: closing a connection so that the peer reads our last packet.
 //! - [`logging`]: `tracing` set-up for the binary.
 
 pub mod config;
+mod linger;
 pub mod logging;
 pub mod login_guard;
 mod mqtt;

@@ -154,8 +154,8 @@ pub struct RestoredSession {
     pub subscriptions: Vec<(SubscriptionFilter, SubscribeOptions)>,
     /// Its queued and in-flight messages, in entry order.
     pub entries: Vec<RestoredEntry>,
-    /// Incoming QoS 2 packet ids awaiting PUBREL.
-    pub incoming_qos2: Vec<u16>,
+    /// Incoming QoS 2 packet ids awaiting PUBREL, with their messages' digests where stored.
+    pub incoming_qos2: Vec<(u16, Option<u64>)>,
 }
 
 impl RestoredSession {

@@ -103,14 +103,15 @@ pub enum Change {
         /// The entry.
         entry: u64,
     },
-    /// An incoming QoS 2 packet id was recorded (`pending = true`) or released by PUBREL.
+    /// An incoming QoS 2 packet id was recorded with the digest of its message (`Some`), or
+    /// released by PUBREL (`None`).
     IncomingQos2 {
         /// The client id.
         client_id: Arc<str>,
         /// The packet id.
         packet_id: u16,
-        /// Whether it now awaits PUBREL.
-        pending: bool,
+        /// The message's [`crate::message::digest`] while the id awaits PUBREL.
+        digest: Option<u64>,
     },
     /// The retained message of `topic` was set (`Some`) or deleted (`None`).
     Retained {
@@ -146,4 +147,43 @@ pub trait Journal: Send + Sync + fmt::Debug {
 
     /// Whether every change up to `seq` is durable; if not, `waker` is woken when it is.
     fn poll_durable(&self, seq: u64, waker: &Waker) -> bool;
+
+    /// Opens an atomic group: the changes recorded from now until [`Journal::end_atomic`] with
+    /// the returned token reach the disk in one commit, or not at all. Changes recorded by
+    /// others meanwhile wait with them. A group must be short (one packet's handling).
+    fn begin_atomic(&self) -> u64 {
+        0
+    }
+
+    /// Closes the group [`Journal::begin_atomic`] opened.
+    fn end_atomic(&self, token: u64) {
+        let _ = token;
+    }
+}
+
+/// An open atomic group of changes (see [`Journal::begin_atomic`]), closed when dropped.
+///
+/// Why: accepting an incoming QoS 2 message records its packet id and then, while routing, the
+/// copies queued for persistent sessions. Were the id durable without the copies, a crash in
+/// between would make the client's retransmission look like a duplicate, and the message would
+/// be lost; the other way round it would be delivered twice.
+#[must_use = "the group closes when this is dropped"]
+#[derive(Debug)]
+pub struct Atomic<'a> {
+    open: Option<(&'a dyn Journal, u64)>,
+}
+
+impl<'a> Atomic<'a> {
+    /// Opens a group on `journal`, if there is one.
+    pub fn begin(journal: Option<&'a Arc<dyn Journal>>) -> Self {
+        Atomic { open: journal.map(|j| (&**j, j.begin_atomic())) }
+    }
+}
+
+impl Drop for Atomic<'_> {
+    fn drop(&mut self) {
+        if let Some((journal, token)) = self.open.take() {
+            journal.end_atomic(token);
+        }
+    }
 }

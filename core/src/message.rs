@@ -12,6 +12,20 @@ use bytes::Bytes;
 use crate::mqtt::{PublishProperties, QoS};
 use crate::topic::TopicName;
 
+/// A stable 64-bit digest of a message's topic and payload (FNV-1a), kept with an incoming
+/// QoS 2 packet id so that a retransmission can be told from a new message that reuses the id.
+/// Stable across releases and restarts, as it is stored; not a security measure (a client can
+/// only confuse itself with a collision).
+pub fn digest(topic: &str, payload: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let len = (topic.len() as u64).to_le_bytes();
+    for &b in len.iter().chain(topic.as_bytes()).chain(payload) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 /// A process-unique session identifier, used for no-local and for shared-subscription
 /// bookkeeping (client ids can be reused by a new session; these numbers never are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -10,7 +10,7 @@
 //! session outlives both. The connection registers its task waker here, so a push wakes exactly
 //! the task that will write the message, without a channel in between.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -203,6 +203,17 @@ pub struct QueueLimits {
     pub queue_qos0_offline: bool,
 }
 
+/// An incoming QoS 2 message awaiting PUBREL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct InboundQos2 {
+    /// The digest of its message; `None` if it was stored without one.
+    digest: Option<u64>,
+    /// Whether the attached connection has sent (or resent) it. Only those count against the
+    /// receive maximum: ids restored from disk that the client never mentions again are stale,
+    /// and must not lock the client out.
+    live: bool,
+}
+
 /// Why a connection is being closed from outside its own task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kick {
@@ -250,7 +261,10 @@ struct State {
     inflight: InflightWindow,
     send_seq: u64,
     next_packet_id: u16,
-    incoming_qos2: BTreeSet<u16>,
+    /// Incoming QoS 2 packet ids awaiting PUBREL.
+    incoming_qos2: BTreeMap<u16, InboundQos2>,
+    /// How many entries of `incoming_qos2` are `true`.
+    incoming_qos2_live: usize,
     subscriptions: BTreeMap<Arc<str>, SubscriptionRecord>,
     acl: Acl,
     limits: QueueLimits,
@@ -299,7 +313,8 @@ impl Session {
                 inflight: InflightWindow::default(),
                 send_seq: 0,
                 next_packet_id: 1,
-                incoming_qos2: BTreeSet::new(),
+                incoming_qos2: BTreeMap::new(),
+                incoming_qos2_live: 0,
                 subscriptions: BTreeMap::new(),
                 acl: Acl::unrestricted(),
                 limits,
@@ -342,6 +357,10 @@ impl Session {
         let mut s = self.state();
         s.connection = Some(generation);
         s.replace_acl(acl, &self.client_id);
+        // A new connection has sent none of the pending ids yet: it resends those it still
+        // has in flight (with DUP, or as PUBREL), and only those count against its window.
+        s.incoming_qos2.values_mut().for_each(|i| i.live = false);
+        s.incoming_qos2_live = 0;
         s.expiry = expiry;
         s.kick = None;
         s.waker = None;
@@ -727,20 +746,54 @@ impl Session {
 
     // ----------------------------------------------------------------- the inbound QoS 2 path
 
-    /// Records an incoming QoS 2 PUBLISH id. Returns true the first time (route the message),
-    /// false for a duplicate that must only be acknowledged again; and the journal sequence
-    /// number PUBREC must wait for under durability `always`.
-    pub fn incoming_qos2(&self, packet_id: u16) -> (bool, Option<u64>) {
+    /// Records an incoming QoS 2 PUBLISH whose message has [`crate::message::digest`] `digest`.
+    /// `dup` is the packet's DUP flag; `window` is the receive maximum to enforce, `None` for a
+    /// client that has none (MQTT 3.x).
+    ///
+    /// A known id with the same message is a retransmission: acknowledged again, not routed
+    /// again, and never counted twice. A known id with a *different* message is a new message
+    /// that reuses the id: the client finished the earlier exchange, whose release this session
+    /// lost (a crash under `periodic` durability). The content decides, not the DUP flag, since
+    /// common clients resend without it; DUP decides only for an id whose digest is unknown
+    /// (stored by a release that kept none). Only ids the current connection has sent count
+    /// against the window.
+    pub fn incoming_qos2(
+        &self,
+        packet_id: u16,
+        digest: u64,
+        dup: bool,
+        window: Option<usize>,
+    ) -> IncomingQos2 {
         let mut s = self.state();
-        if !s.incoming_qos2.insert(packet_id) {
-            return (false, None);
+        let known = s.incoming_qos2.get(&packet_id).copied();
+        if let Some(known) = known {
+            let same = known.digest.map_or(dup, |d| d == digest);
+            if same {
+                if !known.live {
+                    s.incoming_qos2.insert(packet_id, InboundQos2 { digest: Some(digest), live: true });
+                    s.incoming_qos2_live += 1;
+                }
+                return IncomingQos2::Duplicate;
+            }
         }
-        let seq =
-            s.record(|| Change::IncomingQos2 { client_id: self.client_id.clone(), packet_id, pending: true });
-        (true, seq)
+        let counted = known.is_some_and(|k| k.live);
+        let others = s.incoming_qos2_live - usize::from(counted);
+        if window.is_some_and(|w| others >= w) {
+            return IncomingQos2::WindowFull;
+        }
+        if !counted {
+            s.incoming_qos2_live += 1;
+        }
+        s.incoming_qos2.insert(packet_id, InboundQos2 { digest: Some(digest), live: true });
+        let seq = s.record(|| Change::IncomingQos2 {
+            client_id: self.client_id.clone(),
+            packet_id,
+            digest: Some(digest),
+        });
+        IncomingQos2::New { seq, reused: known.is_some(), others }
     }
 
-    /// How many incoming QoS 2 messages await PUBREL (counted against the receive maximum).
+    /// How many incoming QoS 2 messages await PUBREL, stale ones included.
     pub fn incoming_qos2_len(&self) -> usize {
         self.state().incoming_qos2.len()
     }
@@ -750,14 +803,13 @@ impl Session {
     /// must be on disk first, or a restart would take the new message for a duplicate).
     pub fn pubrel(&self, packet_id: u16) -> (bool, Option<u64>) {
         let mut s = self.state();
-        if !s.incoming_qos2.remove(&packet_id) {
-            return (false, None);
+        match s.incoming_qos2.remove(&packet_id) {
+            None => return (false, None),
+            Some(i) if i.live => s.incoming_qos2_live -= 1,
+            Some(_) => {}
         }
-        let seq = s.record(|| Change::IncomingQos2 {
-            client_id: self.client_id.clone(),
-            packet_id,
-            pending: false,
-        });
+        let seq =
+            s.record(|| Change::IncomingQos2 { client_id: self.client_id.clone(), packet_id, digest: None });
         (true, seq)
     }
 
@@ -813,7 +865,11 @@ impl Session {
         let incoming: Vec<Change> = s
             .incoming_qos2
             .iter()
-            .map(|&packet_id| Change::IncomingQos2 { client_id: client_id.clone(), packet_id, pending: true })
+            .map(|(&packet_id, i)| Change::IncomingQos2 {
+                client_id: client_id.clone(),
+                packet_id,
+                digest: i.digest,
+            })
             .collect();
         for change in subscriptions.into_iter().chain(entries).chain(incoming) {
             s.record(|| change);
@@ -829,7 +885,7 @@ impl Session {
         limits: QueueLimits,
         disconnected_at: Instant,
         entries: Vec<RestoredEntry>,
-        incoming_qos2: Vec<u16>,
+        incoming_qos2: Vec<(u16, Option<u64>)>,
     ) -> Session {
         let session = Session::new(id, client_id, expiry, limits);
         {
@@ -849,7 +905,9 @@ impl Session {
                     }
                 }
             }
-            s.incoming_qos2.extend(incoming_qos2);
+            s.incoming_qos2.extend(
+                incoming_qos2.into_iter().map(|(id, digest)| (id, InboundQos2 { digest, live: false })),
+            );
         }
         session
     }
@@ -881,6 +939,25 @@ pub enum PubRecOutcome {
     Ended,
     /// The id was not awaiting PUBREC.
     Unknown,
+}
+
+/// What [`Session::incoming_qos2`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncomingQos2 {
+    /// A new message: route it, then PUBREC once `seq` (if any) is durable.
+    New {
+        /// The journal sequence number PUBREC must wait for under durability `always`.
+        seq: Option<u64>,
+        /// The id was pending from an earlier exchange the client has finished.
+        reused: bool,
+        /// How many other QoS 2 messages of this connection await PUBREL (for a client without
+        /// a receive maximum, this may exceed the server's).
+        others: usize,
+    },
+    /// A retransmission of a message already routed: PUBREC again, do not route.
+    Duplicate,
+    /// The window is full: the client broke its receive maximum.
+    WindowFull,
 }
 
 /// What one [`Session::drain`] did.
@@ -1088,11 +1165,60 @@ mod tests {
     #[test]
     fn incoming_qos2_is_routed_once_until_released() {
         let s = online(10);
-        assert!(s.incoming_qos2(7).0);
-        assert!(!s.incoming_qos2(7).0, "duplicate before PUBREL");
+        let new = |o| matches!(o, IncomingQos2::New { .. });
+        assert!(new(s.incoming_qos2(7, 70, false, Some(4))));
+        assert_eq!(s.incoming_qos2(7, 70, true, Some(4)), IncomingQos2::Duplicate, "resent before PUBREL");
+        assert_eq!(s.incoming_qos2(7, 70, false, Some(4)), IncomingQos2::Duplicate, "resent without DUP");
         assert!(s.pubrel(7).0);
         assert!(!s.pubrel(7).0);
-        assert!(s.incoming_qos2(7).0, "the id may be reused after PUBCOMP");
+        assert!(new(s.incoming_qos2(7, 70, false, Some(4))), "the id may be reused after PUBCOMP");
+    }
+
+    #[test]
+    fn the_receive_window_counts_each_id_once() {
+        let s = online(10);
+        for id in 1..=3 {
+            assert!(matches!(s.incoming_qos2(id, u64::from(id), false, Some(3)), IncomingQos2::New { .. }));
+        }
+        assert_eq!(s.incoming_qos2(3, 3, true, Some(3)), IncomingQos2::Duplicate, "a resend of a counted id");
+        assert_eq!(s.incoming_qos2(4, 4, false, Some(3)), IncomingQos2::WindowFull);
+        assert_eq!(
+            s.incoming_qos2(4, 4, false, None),
+            IncomingQos2::New { seq: None, reused: false, others: 3 },
+            "a client without a receive maximum is never refused"
+        );
+        assert!(s.pubrel(1).0 && s.pubrel(2).0);
+        assert!(matches!(s.incoming_qos2(5, 5, false, Some(3)), IncomingQos2::New { others: 2, .. }));
+    }
+
+    #[test]
+    fn restored_ids_count_only_once_the_client_resends_them() {
+        let s = Session::restore(
+            SessionId(1),
+            "c".into(),
+            SessionExpiry::Never,
+            limits(10),
+            Instant::now(),
+            Vec::new(),
+            vec![(1, Some(10)), (2, Some(20)), (3, None)],
+        );
+        s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
+        // Ids 1-3 are stale unless resent: a window of 2 still takes two new messages.
+        assert!(matches!(s.incoming_qos2(9, 90, false, Some(2)), IncomingQos2::New { others: 0, .. }));
+        assert_eq!(s.incoming_qos2(1, 10, false, Some(2)), IncomingQos2::Duplicate, "the same message again");
+        assert_eq!(
+            s.incoming_qos2(11, 110, false, Some(2)),
+            IncomingQos2::WindowFull,
+            "9 and 1 are in flight"
+        );
+        assert_eq!(
+            s.incoming_qos2(2, 21, false, None),
+            IncomingQos2::New { seq: None, reused: true, others: 2 },
+            "a stale id with another message is a new message"
+        );
+        assert_eq!(s.incoming_qos2(3, 30, true, None), IncomingQos2::Duplicate, "no digest: DUP decides");
+        assert!(s.pubrel(3).0);
+        assert_eq!(s.incoming_qos2_len(), 3);
     }
 
     #[test]

@@ -22,14 +22,14 @@ use bytes::{Buf, BytesMut};
 use mesgd_core::acl::{Access, Acl};
 use mesgd_core::auth::{Identity, IdentityState, LiveIdentity, Revocation};
 use mesgd_core::broker::{Stats, Will};
-use mesgd_core::journal::Journal;
-use mesgd_core::message::{Message, MessageProperties, Origin};
+use mesgd_core::journal::{Atomic, Journal};
+use mesgd_core::message::{Message, MessageProperties, Origin, digest};
 use mesgd_core::mqtt::{
     self, AckProperties, Disconnect, DisconnectProperties, Packet, PacketType, ProtocolVersion, PubResponse,
     Publish, PublishProperties, QoS, ReasonCode, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 use mesgd_core::session::{
-    Delivery, Kick, Outgoing, PubRecOutcome, Session, SessionExpiry, SubscribeOptions,
+    Delivery, IncomingQos2, Kick, Outgoing, PubRecOutcome, Session, SessionExpiry, SubscribeOptions,
 };
 use mesgd_core::topic::{SubscriptionFilter, TopicName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -97,7 +97,8 @@ impl End {
         End::Protocol { code, message: message.into() }
     }
 
-    /// The DISCONNECT reason an MQTT 5 client is told, if the server closes.
+    /// The DISCONNECT reason an MQTT 5 client is told, if the server closes (`None` when the
+    /// client ended the connection).
     fn server_reason(&self) -> Option<ReasonCode> {
         match self {
             End::ClientDisconnect { .. } | End::Closed | End::Io(_) => None,
@@ -290,6 +291,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         let broker = &self.shared.broker;
         broker.connection_closed(&self.session, self.generation, will, Instant::now());
         broker.stats().clients_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if end.server_reason().is_some() {
+            // The session is already free for a new connection; only this socket waits, so that a
+            // client still writing reads our DISCONNECT instead of a reset.
+            crate::linger::drain(&mut self.stream).await;
+        }
     }
 
     async fn flush_and_close(&mut self) {
@@ -778,14 +784,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         if p.retain && !settings.retain_available {
             return Err(End::protocol(ReasonCode::RetainNotSupported, "retained messages are not supported"));
         }
-        let topic = self.resolve_topic(&p.topic, p.properties.topic_alias)?;
-        let packet_id = p.packet_id.unwrap_or(0);
-        if p.qos == QoS::ExactlyOnce && !self.session_has_room_for_qos2() {
+        if !p.properties.subscription_identifiers.is_empty() {
+            // [MQTT-3.3.4-6]: only the server sends subscription identifiers.
             return Err(End::protocol(
-                ReasonCode::ReceiveMaximumExceeded,
-                "more QoS 2 messages in flight than the receive maximum",
+                ReasonCode::ProtocolError,
+                "a PUBLISH from a client carries a subscription identifier",
             ));
         }
+        if let Some(response_topic) = &p.properties.response_topic {
+            if let Err(e) = TopicName::try_from(response_topic.clone()) {
+                // [MQTT-3.3.2-14]: a response topic is a topic name, without wildcards.
+                return Err(End::protocol(ReasonCode::ProtocolError, format!("invalid response topic: {e}")));
+            }
+        }
+        let topic = self.resolve_topic(&p.topic, p.properties.topic_alias)?;
+        let packet_id = p.packet_id.unwrap_or(0);
         let mut reason = ReasonCode::Success;
         if v5 && p.properties.payload_format_indicator == Some(1) && std::str::from_utf8(&p.payload).is_err()
         {
@@ -802,8 +815,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             // MQTT 5 is told; 3.x is silently dropped, but the flow completes so it is not stuck.
             reason = if v5 { ReasonCode::NotAuthorized } else { ReasonCode::Success };
             if p.qos == QoS::ExactlyOnce && !v5 {
-                let (_, seq) = self.session.incoming_qos2(packet_id);
-                self.hold_until(seq);
+                self.accept_qos2(packet_id, digest(topic.as_str(), &p.payload), p.dup)?;
             }
             return {
                 self.ack_publish(p.qos, packet_id, reason);
@@ -811,9 +823,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             };
         }
         if reason == ReasonCode::Success {
-            let (first_time, seq) =
-                if p.qos == QoS::ExactlyOnce { self.session.incoming_qos2(packet_id) } else { (true, None) };
-            self.hold_until(seq);
+            // The packet id and the copies routing queues go to disk together (see `Atomic`).
+            let broker = self.shared.broker.clone();
+            let _atomic = (p.qos == QoS::ExactlyOnce).then(|| Atomic::begin(broker.journal()));
+            let first_time = p.qos != QoS::ExactlyOnce
+                || self.accept_qos2(packet_id, digest(topic.as_str(), &p.payload), p.dup)?;
             if first_time {
                 Stats::add(&self.shared.broker.stats().messages_received, 1);
                 let mut message = Message::new(
@@ -839,8 +853,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         Ok(())
     }
 
-    fn session_has_room_for_qos2(&self) -> bool {
-        self.session.incoming_qos2_len() < usize::from(self.shared.settings.max_inflight)
+    /// Records an incoming QoS 2 message; returns whether it is new (to be routed) rather than
+    /// a retransmission. MQTT 5 clients must keep within the Receive Maximum we advertised
+    /// ([MQTT-3.3.4-8]: 0x93 otherwise); MQTT 3.x has no such limit, so a 3.x client is never
+    /// disconnected for it — only its packet ids, at most 65,535, are kept per message.
+    fn accept_qos2(&mut self, packet_id: u16, digest: u64, dup: bool) -> Result<bool, End> {
+        let window = usize::from(self.shared.settings.max_inflight);
+        let enforced = is_v5(self.version).then_some(window);
+        match self.session.incoming_qos2(packet_id, digest, dup, enforced) {
+            IncomingQos2::Duplicate => Ok(false),
+            IncomingQos2::WindowFull => Err(End::protocol(
+                ReasonCode::ReceiveMaximumExceeded,
+                "more QoS 2 messages in flight than the receive maximum",
+            )),
+            IncomingQos2::New { seq, reused, others } => {
+                self.hold_until(seq);
+                if reused {
+                    tracing::debug!(packet_id, "packet id reused without DUP: a new message");
+                }
+                if others == window && !is_v5(self.version) {
+                    tracing::info!(
+                        window,
+                        "an MQTT 3.x client has more QoS 2 messages awaiting release than max_inflight; \
+                         accepted, as 3.x has no receive maximum"
+                    );
+                }
+                Ok(true)
+            }
+        }
     }
 
     fn ack_publish(&mut self, qos: QoS, packet_id: u16, reason: ReasonCode) {

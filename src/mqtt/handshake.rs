@@ -56,7 +56,7 @@ async fn read_connect<S: AsyncRead + Unpin>(
     }
 }
 
-async fn send_connack<S: AsyncWrite + Unpin>(
+async fn send_connack<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     version: ProtocolVersion,
     reason: ReasonCode,
@@ -68,9 +68,9 @@ async fn send_connack<S: AsyncWrite + Unpin>(
         properties: ConnAckProperties { reason_string, ..Default::default() },
     });
     let mut out = BytesMut::new();
-    if mqtt::encode(&packet, version, &mut out).is_ok() {
-        let _ = stream.write_all(&out).await;
-        let _ = stream.flush().await;
+    if mqtt::encode(&packet, version, &mut out).is_ok() && stream.write_all(&out).await.is_ok() {
+        // The connection ends here: let the client read the refusal before the socket closes.
+        crate::linger::close(stream).await;
     }
 }
 
@@ -196,6 +196,10 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
                 );
             }
             let p = &w.properties;
+            if let Some(Err(e)) = p.response_topic.as_ref().map(|t| TopicName::try_from(t.clone())) {
+                // As for a PUBLISH ([MQTT-3.3.2-14]): a topic name, without wildcards.
+                refuse!(ReasonCode::ProtocolError, "invalid will response topic: {e}");
+            }
             let mut message = Message::new(
                 topic,
                 w.payload.clone(),

@@ -223,12 +223,13 @@ pub(crate) fn recover(
         }
     }
     {
-        let mut stmt = conn.prepare("SELECT client_id, packet_id FROM incoming_qos2").map_err(db)?;
+        let mut stmt = conn.prepare("SELECT client_id, packet_id, digest FROM incoming_qos2").map_err(db)?;
         let mut rows = stmt.query([]).map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
             let client_id: String = row.get(0).map_err(db)?;
             if let Some(s) = sessions.get_mut(client_id.as_str()) {
-                s.incoming_qos2.push(row.get(1).map_err(db)?);
+                let digest: Option<i64> = row.get(2).map_err(db)?;
+                s.incoming_qos2.push((row.get(1).map_err(db)?, digest.map(|d| d as u64)));
             }
         }
     }

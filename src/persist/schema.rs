@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OpenFlags};
 
 /// The schema version this mesgd writes (`PRAGMA user_version`).
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// The state file's name under `storage.dir`.
 pub const STATE_DB_FILE: &str = "state.db";
@@ -95,6 +95,7 @@ CREATE INDEX queue_by_message ON queue(message_id);
 CREATE TABLE incoming_qos2 (
     client_id TEXT NOT NULL,
     packet_id INTEGER NOT NULL,
+    digest INTEGER,                       -- the message's digest (as signed); NULL from version 1
     PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;
 CREATE TABLE retained (
@@ -117,6 +118,13 @@ CREATE TABLE wills (
     acl TEXT                              -- JSON {rules, username, client_id}; rules null = unrestricted
 );
 ";
+
+/// The steps from each schema version to the next: `MIGRATIONS[v - 1]` takes version `v` to
+/// `v + 1`. A fresh store is created by `CREATE` at the newest version directly.
+const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [
+    // 1 → 2: incoming QoS 2 ids keep their message's digest (a reused id is a new message).
+    "ALTER TABLE incoming_qos2 ADD COLUMN digest INTEGER;",
+];
 
 /// Opens (creating if needed) and checks the state store. `synchronous_full` makes every commit
 /// reach the disk before it returns (durability `always`).
@@ -202,9 +210,54 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
         }
         SCHEMA_VERSION => Ok(()),
         found if found > SCHEMA_VERSION => Err(StoreError::TooNew { path: path.to_owned(), found }),
+        found if found >= 1 => {
+            let steps: String = MIGRATIONS[(found - 1) as usize..].concat();
+            conn.execute_batch(&format!("BEGIN; {steps} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                .map_err(db)?;
+            tracing::info!(path = %path.display(), from = found, to = SCHEMA_VERSION, "state store migrated");
+            Ok(())
+        }
+        found if found > SCHEMA_VERSION => Err(StoreError::TooNew { path: path.to_owned(), found }),
         found => Err(StoreError::Corrupt {
             path: path.to_owned(),
             message: format!("unknown schema version {found}"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_store_is_migrated_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_DB_FILE);
+        {
+            // A store as version 1 wrote it: no digest column.
+            let conn = open(&path, false).unwrap();
+            conn.execute_batch(
+                "ALTER TABLE incoming_qos2 DROP COLUMN digest; PRAGMA user_version = 1;
+                 INSERT INTO incoming_qos2 (client_id, packet_id) VALUES ('c', 7);",
+            )
+            .unwrap();
+        }
+        let conn = open(&path, false).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let row: (String, u16, Option<i64>) = conn
+            .query_row("SELECT client_id, packet_id, digest FROM incoming_qos2", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(row, ("c".to_owned(), 7, None));
+    }
+
+    #[test]
+    fn a_store_from_a_newer_mesgd_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_DB_FILE);
+        open(&path, false).unwrap().pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+        assert!(matches!(open(&path, false), Err(StoreError::TooNew { .. })));
     }
 }

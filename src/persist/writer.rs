@@ -32,7 +32,20 @@ const RETRY_AFTER: Duration = Duration::from_millis(500);
 struct Pending {
     changes: Vec<(u64, Change)>,
     next_seq: u64,
+    /// Open atomic groups by the first sequence number they may contain (with a count, as two
+    /// groups may open at the same point): nothing from there on is taken for writing.
+    atomic: std::collections::BTreeMap<u64, usize>,
     closed: bool,
+}
+
+impl Pending {
+    /// How many of the pending changes may be written now: those before the first open group.
+    fn committable(&self) -> usize {
+        match self.atomic.first_key_value() {
+            None => self.changes.len(),
+            Some((&from, _)) => self.changes.partition_point(|(seq, _)| *seq < from),
+        }
+    }
 }
 
 /// The journal handed to the broker.
@@ -75,6 +88,28 @@ impl Journal for SqliteJournal {
         // The writer may have advanced between the check and the registration.
         self.durable.load(Ordering::Acquire) >= seq
     }
+
+    fn begin_atomic(&self) -> u64 {
+        let mut p = lock(&self.pending);
+        let from = p.next_seq + 1;
+        *p.atomic.entry(from).or_default() += 1;
+        from
+    }
+
+    fn end_atomic(&self, token: u64) {
+        let mut p = lock(&self.pending);
+        if let std::collections::btree_map::Entry::Occupied(mut open) = p.atomic.entry(token) {
+            *open.get_mut() -= 1;
+            if *open.get() == 0 {
+                open.remove();
+            }
+        }
+        let writable = p.committable() > 0;
+        drop(p);
+        if writable && self.wait_for_disk {
+            self.wake_writer.notify_one();
+        }
+    }
 }
 
 impl SqliteJournal {
@@ -82,7 +117,7 @@ impl SqliteJournal {
         let mut p = lock(&self.pending);
         match interval {
             None => {
-                while p.changes.is_empty() && !p.closed {
+                while p.committable() == 0 && !p.closed {
                     p = self.wake_writer.wait(p).unwrap_or_else(|e| e.into_inner());
                 }
             }
@@ -97,7 +132,8 @@ impl SqliteJournal {
                 }
             }
         }
-        (std::mem::take(&mut p.changes), p.closed)
+        let take = if p.closed { p.changes.len() } else { p.committable() };
+        (p.changes.drain(..take).collect(), p.closed)
     }
 
     fn mark_durable(&self, seq: u64) {
@@ -363,13 +399,18 @@ fn apply(
                 release_message(tx, id, index)?;
             }
         }
-        Change::IncomingQos2 { client_id, packet_id, pending } => {
-            let sql = if *pending {
-                "INSERT OR IGNORE INTO incoming_qos2 (client_id, packet_id) VALUES (?1, ?2)"
-            } else {
-                "DELETE FROM incoming_qos2 WHERE client_id = ?1 AND packet_id = ?2"
-            };
-            tx.execute(sql, params![&**client_id, packet_id])?;
+        Change::IncomingQos2 { client_id, packet_id, digest: Some(digest) } => {
+            // Stored as the signed integer of the same 64 bits (SQLite integers are signed).
+            tx.execute(
+                "INSERT OR REPLACE INTO incoming_qos2 (client_id, packet_id, digest) VALUES (?1, ?2, ?3)",
+                params![&**client_id, packet_id, *digest as i64],
+            )?;
+        }
+        Change::IncomingQos2 { client_id, packet_id, digest: None } => {
+            tx.execute(
+                "DELETE FROM incoming_qos2 WHERE client_id = ?1 AND packet_id = ?2",
+                params![&**client_id, packet_id],
+            )?;
         }
         Change::Retained { topic, message } => match message {
             Some(m) => {
@@ -517,4 +558,55 @@ fn queue(
     *index.refs.entry(id).or_default() += 1;
     index.entries.insert((client_id.clone(), entry), id);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal() -> SqliteJournal {
+        SqliteJournal {
+            pending: Mutex::new(Pending::default()),
+            wake_writer: Condvar::new(),
+            durable: AtomicU64::new(0),
+            waiters: Mutex::new(Vec::new()),
+            wait_for_disk: false,
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    fn change(n: u16) -> Change {
+        Change::IncomingQos2 { client_id: "c".into(), packet_id: n, digest: None }
+    }
+
+    fn seqs(batch: &[(u64, Change)]) -> Vec<u64> {
+        batch.iter().map(|(s, _)| *s).collect()
+    }
+
+    #[test]
+    fn an_open_atomic_group_holds_back_its_changes_and_everything_after() {
+        let j = journal();
+        j.record(change(1));
+        let first = j.begin_atomic();
+        j.record(change(2));
+        let second = j.begin_atomic();
+        j.record(change(3));
+        j.end_atomic(second);
+        let (batch, _) = j.take_batch(Some(Duration::ZERO));
+        assert_eq!(seqs(&batch), [1], "the first group is still open");
+        j.end_atomic(first);
+        let (batch, _) = j.take_batch(Some(Duration::ZERO));
+        assert_eq!(seqs(&batch), [2, 3]);
+    }
+
+    #[test]
+    fn closing_takes_everything_even_with_a_group_open() {
+        let j = journal();
+        let _open = j.begin_atomic();
+        j.record(change(1));
+        lock(&j.pending).closed = true;
+        let (batch, closed) = j.take_batch(Some(Duration::ZERO));
+        assert!(closed);
+        assert_eq!(seqs(&batch), [1]);
+    }
 }

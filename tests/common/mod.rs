@@ -72,6 +72,8 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
 
 // ---------------------------------------------------------------------------- rumqttc v3.1.1
 
+pub mod persistent;
+
 pub mod v3 {
     use super::*;
     pub use rumqttc::{AsyncClient, Event, EventLoop, LastWill, MqttOptions, Packet, QoS};
