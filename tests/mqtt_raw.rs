@@ -116,6 +116,28 @@ async fn malformed_and_forbidden_packets_close_the_connection_with_the_right_rea
             false,
         ),
         ("a CONNACK sent by a client", packet(0x20, &[0, 0, 0]), ReasonCode::ProtocolError, true),
+        (
+            "a subscription identifier in a client's PUBLISH [MQTT-3.3.4-6]",
+            {
+                let mut body = mqtt_str("t");
+                body.extend_from_slice(&[2, 0x0B, 7]);
+                packet(0x30, &body)
+            },
+            ReasonCode::ProtocolError,
+            false,
+        ),
+        (
+            "a wildcard in a response topic [MQTT-3.3.2-14]",
+            {
+                let mut body = mqtt_str("t");
+                body.push(6);
+                body.push(0x08);
+                body.extend_from_slice(&mqtt_str("r/+"));
+                packet(0x30, &body)
+            },
+            ReasonCode::ProtocolError,
+            false,
+        ),
         ("U+0000 in a topic", publish("\u{0}", 0, None, b"", true), ReasonCode::MalformedPacket, true),
     ];
     for (what, bytes, expected, also_v3) in cases {
@@ -386,4 +408,112 @@ async fn v5_receive_maximum_limits_unacknowledged_deliveries() {
         Some(Packet::Publish(p)) => assert_eq!(p.payload[0], 3),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_will_response_topic_with_a_wildcard_is_refused() {
+    let server = TestServer::start("").await;
+    let mut raw = Raw::open(server.addr, V5).await;
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[5, 0x06, 0, 30, 0]); // v5, will flag + clean start, keep-alive 30
+    body.extend_from_slice(&mqtt_str("w"));
+    body.push(6); // will properties: response topic "r/#"
+    body.push(0x08);
+    body.extend_from_slice(&mqtt_str("r/#"));
+    body.extend_from_slice(&mqtt_str("will/w"));
+    body.extend_from_slice(&mqtt_str("gone"));
+    raw.send(&packet(0x10, &body)).await;
+    assert!(
+        matches!(raw.recv().await, Some(Packet::ConnAck(c)) if c.reason_code == ReasonCode::ProtocolError)
+    );
+}
+
+/// A client still writing when the server ends its connection reads the DISCONNECT and a
+/// clean end of stream, and its writes do not fail right away: the server shuts its write side
+/// down and lingers, reading and discarding, instead of closing a socket the client still
+/// writes to (which answers with a reset, as the Paho test `test_flow_control2` saw).
+#[tokio::test]
+async fn a_client_still_writing_reads_the_servers_disconnect() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start("[limits]\nmax_inflight = 4\n").await;
+    let mut raw = Raw::connected(server.addr, V5, "flood").await;
+    // Five QoS 2 messages against a Receive Maximum of 4: the fifth ends the connection.
+    let mut bytes = Vec::new();
+    for id in 1..=5u16 {
+        bytes.extend_from_slice(&publish("t", 2, Some(id), b"x", true));
+    }
+    raw.send(&bytes).await;
+    let mut seen = Vec::new();
+    let mut buf = bytes::BytesMut::new();
+    let end = common::within("the end of the connection", async {
+        loop {
+            match raw.stream.read_buf(&mut buf).await {
+                Ok(0) => return Ok(()),
+                Ok(_) => {
+                    while let Some(p) = mesgd_core::mqtt::decode(&mut buf, Some(V5), u32::MAX).unwrap() {
+                        seen.push(p);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the connection was reset: {end:?}");
+    let disconnect = seen.iter().find_map(|p| match p {
+        Packet::Disconnect(d) => Some(d.reason_code),
+        _ => None,
+    });
+    assert_eq!(disconnect, Some(ReasonCode::ReceiveMaximumExceeded), "{seen:?}");
+    // The client had more queued up. Against a closed socket the first write is answered with a
+    // reset, and the writes after it fail.
+    let more = vec![0xC0u8; 64 * 1024];
+    for round in 0..8 {
+        let written = common::within("a late write", raw.stream.write_all(&more)).await;
+        assert!(written.is_ok(), "write {round} after the DISCONNECT failed: {written:?}");
+    }
+}
+
+/// MQTT 3.1.1 has no Receive Maximum: a 3.1.1 client with more QoS 2 messages awaiting release
+/// than `max_inflight` is served, not disconnected.
+#[tokio::test]
+async fn a_v311_client_beyond_max_inflight_is_not_disconnected() {
+    let server = TestServer::start("[limits]\nmax_inflight = 4\n").await;
+    let mut raw = Raw::connected(server.addr, V3, "many").await;
+    for id in 1..=10u16 {
+        raw.send(&publish("t", 2, Some(id), b"x", false)).await;
+    }
+    for id in 1..=10u16 {
+        assert!(matches!(raw.recv().await, Some(Packet::PubRec(r)) if r.packet_id == id), "PUBREC {id}");
+    }
+    for id in 1..=10u16 {
+        raw.send(&packet(0x62, &id.to_be_bytes())).await;
+        assert!(matches!(raw.recv().await, Some(Packet::PubComp(c)) if c.packet_id == id), "PUBCOMP {id}");
+    }
+}
+
+/// Common clients resend a QoS 2 PUBLISH without DUP (against [MQTT-3.3.1-1]); the same message
+/// under a pending id is still a retransmission, another message under it is new.
+#[tokio::test]
+async fn a_qos2_resend_without_dup_is_not_routed_twice_but_a_reused_id_is_new() {
+    let server = TestServer::start("").await;
+    let mut sub = Raw::connected(server.addr, V3, "sub").await;
+    sub.send(&subscribe(1, "x", 0, false)).await;
+    assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+    let mut publisher = Raw::connected(server.addr, V3, "pub").await;
+    publisher.send(&publish("x", 2, Some(9), b"first", false)).await;
+    publisher.send(&publish("x", 2, Some(9), b"first", false)).await;
+    publisher.send(&publish("x", 2, Some(9), b"second", false)).await;
+    for _ in 0..3 {
+        assert!(matches!(publisher.recv().await, Some(Packet::PubRec(r)) if r.packet_id == 9));
+    }
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        if let Some(Packet::Publish(p)) = sub.recv().await {
+            got.push(p.payload.clone());
+        }
+    }
+    assert_eq!(got, [&b"first"[..], &b"second"[..]]);
+    sub.send(&packet(0xC0, &[])).await;
+    assert!(matches!(sub.recv().await, Some(Packet::PingResp)), "nothing else was delivered");
 }
