@@ -313,6 +313,12 @@ impl Config {
                         "needs tls.client_ca",
                     ));
                 }
+                if tls.allow_v1_client_certs && tls.client_ca.is_none() {
+                    return Err(invalid(
+                        format!("listeners[{i}].tls.allow_v1_client_certs"),
+                        "needs tls.client_ca",
+                    ));
+                }
             }
         }
         let l = &self.limits;

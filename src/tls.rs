@@ -5,6 +5,12 @@
 //! [`ArcSwap`]: a reload swaps in a new one for the next handshake, established connections
 //! keep the configuration they were made with, and a reload that fails (a file missing or not
 //! parsing) keeps the old acceptor and says why.
+//!
+//! Client certificates are verified by `client_verifier`: webpki for X.509 v3 certificates,
+//! and `v1_cert` for version 1 leaves on listeners with `allow_v1_client_certs`.
+
+mod client_verifier;
+mod v1_cert;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,6 +28,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use client_verifier::ListenerClientVerifier;
+use v1_cert::{V1Issuers, V1Refusal};
+
 /// `tls = { ... }` of a listener.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,6 +47,11 @@ pub struct TlsConfig {
     /// may connect without one, but a certificate it does present must be valid.
     #[serde(default)]
     pub require_client_cert: bool,
+    /// Accept X.509 version 1 client certificates issued directly by a `client_ca` certificate
+    /// (needs `client_ca`). Default false: a v1 certificate has no extensions, so nothing in it
+    /// limits it to client authentication (see docs/tls.md).
+    #[serde(default)]
+    pub allow_v1_client_certs: bool,
 }
 
 /// Why TLS material could not be loaded.
@@ -85,8 +99,9 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-/// Builds a rustls server configuration from the files `config` names, relative to `base`.
-pub fn server_config(config: &TlsConfig, base: &Path) -> Result<ServerConfig, TlsError> {
+/// Builds a rustls server configuration for the listener named `listener` from the files
+/// `config` names, relative to `base`.
+pub fn server_config(config: &TlsConfig, base: &Path, listener: &str) -> Result<ServerConfig, TlsError> {
     let cert_path = base.join(&config.cert);
     let key_path = base.join(&config.key);
     let chain = load_certs("cert", &cert_path)?;
@@ -98,17 +113,30 @@ pub fn server_config(config: &TlsConfig, base: &Path) -> Result<ServerConfig, Tl
         None if config.require_client_cert => {
             return Err(TlsError::Config("require_client_cert = true needs client_ca".into()));
         }
+        None if config.allow_v1_client_certs => {
+            return Err(TlsError::Config("allow_v1_client_certs = true needs client_ca".into()));
+        }
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let ca_path = base.join(ca);
+            let ca_certs = load_certs("client_ca", &ca_path)?;
             let mut roots = RootCertStore::empty();
-            for cert in load_certs("client_ca", &ca_path)? {
-                roots.add(cert).map_err(|e| file_error("client_ca", &ca_path, e))?;
+            for cert in &ca_certs {
+                roots.add(cert.clone()).map_err(|e| file_error("client_ca", &ca_path, e))?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
-            let verifier =
-                if config.require_client_cert { verifier } else { verifier.allow_unauthenticated() };
-            builder.with_client_cert_verifier(verifier.build().map_err(|e| TlsError::Config(e.to_string()))?)
+            let webpki = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let webpki = if config.require_client_cert { webpki } else { webpki.allow_unauthenticated() };
+            let webpki = webpki.build().map_err(|e| TlsError::Config(e.to_string()))?;
+            let algorithms = provider().signature_verification_algorithms;
+            let v1 = match config.allow_v1_client_certs {
+                true => Some(
+                    V1Issuers::new(&ca_certs, algorithms)
+                        .map_err(|e| file_error("client_ca", &ca_path, e))?,
+                ),
+                false => None,
+            };
+            let verifier = ListenerClientVerifier::new(webpki, v1, listener, algorithms);
+            builder.with_client_cert_verifier(Arc::new(verifier))
         }
     };
     let mut server = builder
@@ -138,7 +166,7 @@ impl std::fmt::Debug for ReloadableAcceptor {
 impl ReloadableAcceptor {
     /// Loads the files once; fails if they do not make a usable configuration.
     pub fn new(config: TlsConfig, base: PathBuf, listener: String) -> Result<Self, TlsError> {
-        let server = server_config(&config, &base)?;
+        let server = server_config(&config, &base, &listener)?;
         Ok(ReloadableAcceptor {
             config,
             base,
@@ -149,7 +177,7 @@ impl ReloadableAcceptor {
 
     /// Re-reads the files. On failure the old configuration stays and the error is returned.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let server = server_config(&self.config, &self.base)?;
+        let server = server_config(&self.config, &self.base, &self.listener)?;
         self.current.store(Arc::new(TlsAcceptor::from(Arc::new(server))));
         tracing::info!(listener = %self.listener, "TLS certificates reloaded");
         Ok(())
@@ -164,11 +192,27 @@ impl ReloadableAcceptor {
     ) -> io::Result<(TlsStream<S>, TlsInfo)> {
         let acceptor = self.current.load_full();
         let tls = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
-            Ok(r) => r?,
+            Ok(r) => r.map_err(explain_refusal)?,
             Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")),
         };
         let info = peer_info(tls.get_ref().1.peer_certificates());
         Ok((tls, info))
+    }
+}
+
+/// Replaces rustls's description of a certificate refusal of ours (which would be the debug
+/// form of a wrapped error) with the refusal's own words.
+fn explain_refusal(error: io::Error) -> io::Error {
+    let refusal =
+        error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()).and_then(|tls| match tls {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
+                other.0.downcast_ref::<V1Refusal>()
+            }
+            _ => None,
+        });
+    match refusal {
+        Some(refusal) => io::Error::new(error.kind(), refusal.to_string()),
+        None => error,
     }
 }
 

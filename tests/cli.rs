@@ -132,3 +132,64 @@ allow_anonymous = true
     common::v3::connect(options(&new_ca)).await;
     common::v3::connect_err(options(&old_ca)).await;
 }
+
+/// A provisioning script: `mesgd user add` while the broker runs, then connect straight away.
+/// The poll interval is a minute, so only the read on a miss can let these logins in.
+#[tokio::test]
+async fn a_user_added_while_the_broker_runs_can_log_in_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki::Ca::new("fleet CA");
+    ca.server(dir.path(), "server");
+    ca.write(dir.path(), "ca.pem");
+    let config = write_config(
+        dir.path(),
+        r#"
+[storage]
+dir = "data"
+[[listeners]]
+name = "mqtt"
+kind = "mqtt"
+bind = "127.0.0.1:0"
+[[listeners]]
+name = "mtls"
+kind = "mqtt"
+bind = "127.0.0.1:0"
+tls = { cert = "server.pem", key = "server.key", client_ca = "ca.pem", require_client_cert = true }
+[auth]
+allow_anonymous = false
+[[auth.providers]]
+type = "x509"
+[[auth.providers]]
+type = "builtin"
+pbkdf2_iterations = 1000
+poll_interval_ms = 60000
+"#,
+    );
+    let cfg = config.to_str().unwrap();
+    let daemon = Daemon::start(&config, &["mqtt", "mtls"]).await;
+
+    let (status, _, stderr) =
+        daemon::run(&["--config", cfg, "user", "add", "sensor-7", "--password-stdin"], "pw-7\n").await;
+    assert!(status.success(), "{stderr}");
+    let mut o = common::v3::options("sensor-7", daemon.addr("mqtt").port());
+    o.set_credentials("sensor-7", "pw-7");
+    common::v3::connect(o).await;
+
+    let (status, _, stderr) =
+        daemon::run(&["--config", cfg, "user", "add", "device-9", "--auth-type", "x509"], "").await;
+    assert!(status.success(), "{stderr}");
+    let device = ca.client(dir.path(), "device-9");
+    let mut o = common::v3::options("device-9", daemon.addr("mtls").port());
+    o.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
+        ca: ca.pem().into_bytes(),
+        alpn: None,
+        client_auth: Some((device.cert_bytes(), device.key_bytes())),
+    }));
+    common::v3::connect(o).await;
+
+    // A name nobody added is still refused.
+    let mut o = common::v3::options("nobody", daemon.addr("mqtt").port());
+    o.set_credentials("nobody", "pw");
+    let err = common::v3::connect_err(o).await;
+    assert!(err.contains("BadUserNamePassword"), "{err}");
+}

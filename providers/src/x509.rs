@@ -10,7 +10,9 @@
 //! | CN names a disabled `x509` record | `Deny` (not authorized) |
 //! | CN names an `x509` record | `Allow`: username = CN, the record's ACL, live updates |
 //!
-//! It reads the same [`UserDirectory`] as the builtin provider, so a chain with `x509` but no
+//! A Common Name the broker's copy of the store lacks is read from the store first (bounded, as
+//! for the builtin provider), so a device added a moment ago can connect. It reads the same
+//! [`UserDirectory`] as the builtin provider, so a chain with `x509` but no
 //! `builtin` is refused when it is built (the registry checks [`ProviderFactory::requires`]).
 //! The provider has no settings of its own.
 
@@ -62,7 +64,7 @@ impl X509Provider {
         X509Provider { directory }
     }
 
-    fn decide(&self, info: &ConnectInfo) -> Outcome {
+    async fn decide(&self, info: &ConnectInfo) -> Outcome {
         if info.username.is_some() {
             return Outcome::Next;
         }
@@ -71,7 +73,7 @@ impl X509Provider {
         else {
             return Outcome::Next;
         };
-        match self.directory.user(common_name) {
+        match self.directory.find_user(common_name).await {
             Some(record) if record.auth_type == AuthType::X509 => {}
             _ => return Outcome::Next,
         }
@@ -96,7 +98,6 @@ impl Authenticator for X509Provider {
     }
 
     fn authenticate<'a>(&'a self, info: &'a ConnectInfo) -> BoxFuture<'a, Result<Outcome, ProviderError>> {
-        let outcome = self.decide(info);
-        Box::pin(async move { Ok(outcome) })
+        Box::pin(async move { Ok(self.decide(info).await) })
     }
 }

@@ -15,21 +15,27 @@
 //!
 //! Admitting a client and publishing a change take the same lock, so a client admitted while a
 //! change lands either gets the new state or sees the change published to it.
+//!
+//! A name the copy does not have is looked up in the store itself before it is called unknown
+//! ([`UserDirectory::find_user`], bounded as [`super::lookup`] describes), so a user added by
+//! the command line can log in before the next poll.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use mesgd_core::auth::{Denial, Identity, IdentityState, IdentityUpdater, LiveIdentity, Outcome, Revocation};
 use rusqlite::Connection;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::cache::VerifyCache;
+use super::lookup::{LookupCounts, LookupStats, MissState, bump};
 use super::store::{self, Store, StoreError, UserRecord};
 
 /// The default pause between two `data_version` checks.
@@ -54,6 +60,13 @@ struct Inner {
     wake: mpsc::Sender<()>,
     /// Counts applied changes, for whoever wants to react to them (an admin view, a test).
     applied: watch::Sender<u64>,
+    /// What store reads on a miss learnt in this generation of the copy.
+    misses: Mutex<MissState>,
+    /// One store read on a miss at a time.
+    read_slot: Arc<Semaphore>,
+    lookup_counts: LookupCounts,
+    /// Whether the last read on a miss failed, so a failure streak is logged once.
+    lookup_failing: AtomicBool,
 }
 
 /// A username that connected clients hold, with the state last published to them.
@@ -89,6 +102,10 @@ impl UserDirectory {
             poll_interval_ms: AtomicU64::new(DEFAULT_POLL_INTERVAL.as_millis() as u64),
             wake,
             applied: watch::Sender::new(0),
+            misses: Mutex::new(MissState::new(Instant::now())),
+            read_slot: Arc::new(Semaphore::new(1)),
+            lookup_counts: LookupCounts::default(),
+            lookup_failing: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -121,9 +138,92 @@ impl UserDirectory {
         self.inner.snapshot.load().len()
     }
 
-    /// The record for `username` as the broker currently sees it.
+    /// The record for `username` as the broker currently sees it: in the copy, or found by a
+    /// store read since the copy was installed. Never reads the store (see
+    /// [`UserDirectory::find_user`]).
     pub fn user(&self, username: &str) -> Option<Arc<UserRecord>> {
-        self.inner.snapshot.load().get(username).cloned()
+        self.inner.current(username)
+    }
+
+    /// The record for `username`; if the broker does not have it, read from the store, within
+    /// the bounds described in [`super::lookup`]. The read runs on Tokio's blocking pool.
+    /// `None` means unknown: not in the store, or not looked up (budget spent, read failed).
+    pub async fn find_user(&self, username: &str) -> Option<Arc<UserRecord>> {
+        if let Some(record) = self.user(username) {
+            return Some(record);
+        }
+        // No such name can be stored; it is not worth a read, nor room in the negative cache
+        // (which this keeps to about 10 MB).
+        if username.len() > store::MAX_USERNAME_LEN {
+            return None;
+        }
+        let counts = &self.inner.lookup_counts;
+        if self.inner.lock_misses().is_missing(username) {
+            bump(&counts.known_missing);
+            return None;
+        }
+        // The semaphore is never closed; a failure would only mean no read.
+        let slot = Arc::clone(&self.inner.read_slot).acquire_owned().await.ok()?;
+        // A read that ran while this one waited may have answered it.
+        if let Some(record) = self.user(username) {
+            return Some(record);
+        }
+        let generation = {
+            let mut misses = self.inner.lock_misses();
+            if misses.is_missing(username) {
+                bump(&counts.known_missing);
+                return None;
+            }
+            if !misses.take_read(Instant::now()) {
+                bump(&counts.over_budget);
+                return None;
+            }
+            misses.generation()
+        };
+        bump(&counts.store_reads);
+        let (inner, name) = (Arc::clone(&self.inner), username.to_owned());
+        // The task records what it read before it gives the slot up, so a login waiting for
+        // the slot finds the answer; and it does both even if this login is abandoned (its
+        // time limit passed).
+        let read = tokio::task::spawn_blocking(move || {
+            let read = inner.store.user(&name).map(|record| record.map(Arc::new));
+            let recorded = match &read {
+                Ok(record) => inner.lock_misses().record(generation, &name, record.clone()),
+                Err(_) => false,
+            };
+            drop(slot);
+            (read, recorded)
+        });
+        match read.await {
+            Ok((Ok(record), recorded)) => {
+                self.inner.lookup_failing.store(false, Ordering::Relaxed);
+                if record.is_some() {
+                    bump(&counts.found);
+                }
+                // A read that straddled a new copy is dropped: the copy is at least as fresh.
+                if recorded { record } else { self.user(username) }
+            }
+            Ok((Err(error), _)) => {
+                self.lookup_failed(&error.to_string());
+                None
+            }
+            Err(_) => {
+                self.lookup_failed("the read task failed");
+                None
+            }
+        }
+    }
+
+    fn lookup_failed(&self, error: &str) {
+        bump(&self.inner.lookup_counts.failed);
+        if !self.inner.lookup_failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(%error, "cannot read a user missing from the broker's copy; it counts as unknown");
+        }
+    }
+
+    /// How misses of the in-memory copy were answered.
+    pub fn lookup_stats(&self) -> LookupStats {
+        self.inner.lookup_counts.stats()
     }
 
     /// A counter that moves each time a change to the store has been applied (after connected
@@ -147,13 +247,12 @@ impl UserDirectory {
         check: impl FnOnce(&UserRecord) -> Result<(), Denial>,
     ) -> Outcome {
         let mut live = self.inner.lock_live();
-        let snapshot = self.inner.snapshot.load();
-        let Some(record) = snapshot.get(username) else {
+        let Some(record) = self.inner.current(username) else {
             return Outcome::Deny(Denial::not_authorized(format!(
                 "user {username:?} was removed during login"
             )));
         };
-        if let Err(denial) = check(record) {
+        if let Err(denial) = check(&record) {
             return Outcome::Deny(denial);
         }
         if record.disabled {
@@ -162,7 +261,7 @@ impl UserDirectory {
         let handle = match live.get(username) {
             Some(tracked) => tracked.updater.subscribe(),
             None => {
-                let state = state_of(Some(record));
+                let state = state_of(Some(&record));
                 let (updater, handle) = LiveIdentity::channel(state.clone());
                 live.insert(username.to_owned(), Tracked { updater, state });
                 handle
@@ -179,10 +278,26 @@ impl Inner {
         self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn lock_misses(&self) -> MutexGuard<'_, MissState> {
+        self.misses.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The record in the copy, else one a store read found in this generation.
+    fn current(&self, username: &str) -> Option<Arc<UserRecord>> {
+        if let Some(record) = self.snapshot.load().get(username) {
+            return Some(Arc::clone(record));
+        }
+        self.lock_misses().found(username)
+    }
+
     /// Installs a freshly read copy of the store and publishes what changed.
     fn apply(&self, fresh: Snapshot) {
         let mut live = self.lock_live();
         let old = self.snapshot.swap(Arc::new(fresh));
+        // After the swap: a store read begun in the old generation has its answer dropped (the
+        // new copy may be fresher), and one begun in the new generation read the store after
+        // this copy was taken.
+        self.lock_misses().new_generation();
         let fresh = self.snapshot.load();
         let changed: Vec<&str> = old
             .iter()

@@ -7,17 +7,20 @@
 //! - [`live`]: the [`UserDirectory`], the broker's in-memory view of the store that follows
 //!   changes and pushes them to connected clients.
 //! - [`provider`]: the `builtin` provider ([`BuiltinProvider`], [`BuiltinFactory`]).
+//! - [`lookup`]: reading one user from the store when the copy lacks it, bounded.
 //! - `cache`: remembered password checks.
 //! - [`cli`]: `mesgd user ...` and `mesgd acl ...`.
 
 mod cache;
 pub mod cli;
 pub mod live;
+pub mod lookup;
 pub mod password;
 pub mod provider;
 pub mod store;
 
 pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};
 pub use live::UserDirectory;
+pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
 pub use store::{AuthType, CONFIG_DB_FILE, Store, StoreError, UserRecord, config_db_path};

@@ -10,6 +10,9 @@
 //! | username, right password | `basic`, disabled | `Deny` (not authorized) |
 //! | username, right password | `basic` | `Allow`, ACL `None` if unrestricted, else the rules |
 //!
+//! A username the broker's copy of the store lacks is read from the store before it is called
+//! unknown (bounded: see [`super::lookup`]), so a user added a moment ago can log in.
+//!
 //! An x509 record answers `Deny` rather than `Next` to a password login: the name is known to
 //! be a certificate-only account, and letting a later provider admit it by password would undo
 //! that. A disabled record is only reported as such to a client that gave the right password,
@@ -136,7 +139,7 @@ impl BuiltinProvider {
 
     async fn decide(&self, info: &ConnectInfo) -> Result<Outcome, ProviderError> {
         let Some(username) = info.username.as_deref() else { return Ok(Outcome::Next) };
-        let Some(record) = self.directory.user(username) else { return Ok(Outcome::Next) };
+        let Some(record) = self.directory.find_user(username).await else { return Ok(Outcome::Next) };
         if record.auth_type == AuthType::X509 {
             return Ok(Outcome::Deny(certificate_only(username)));
         }

@@ -40,7 +40,7 @@ pub const SCHEMA_VERSION: i64 = 1;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The longest username accepted, in bytes.
-const MAX_USERNAME_LEN: usize = 1024;
+pub(crate) const MAX_USERNAME_LEN: usize = 1024;
 
 const SCHEMA_V1: &str = "
     CREATE TABLE IF NOT EXISTS users (

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use mesgd_core::acl::Permission::{Deny, Read, ReadWrite, Write};
 use mesgd_core::auth::{Authenticator, DenyReason, IdentityState, LiveIdentity, Revocation, TlsInfo};
+use mesgd_providers::builtin::lookup::{LOOKUP_BURST, LOOKUPS_PER_SECOND};
 use mesgd_providers::builtin::password::MIN_PBKDF2_ITERATIONS;
 use mesgd_providers::builtin::{AuthType, BuiltinProvider, Store, UserDirectory, config_db_path};
+use mesgd_providers::x509::X509Provider;
 use mesgd_providers::{BuildContext, Registry};
 
 use crate::support::{allowed, decide, denied, info, next, providers, rule, within};
@@ -61,6 +63,20 @@ impl Fixture {
         applied.borrow_and_update();
         change(&self.admin);
         within(what, applied.changed()).await.expect("the directory is alive");
+    }
+}
+
+impl Fixture {
+    /// Makes the poll wait a minute from now on: after this, only `check_now` or a read on a
+    /// miss brings changes in. (A change is applied first, so the poll thread is known to have
+    /// started its long wait.)
+    async fn quiet_poll(&self) {
+        self.directory.set_poll_interval(Duration::from_secs(60));
+        self.change("the last polled change", |admin| {
+            admin.add_user("before-quiet", AuthType::X509, None, false).expect("adds");
+            self.directory.check_now();
+        })
+        .await;
     }
 }
 
@@ -311,4 +327,87 @@ async fn check_now_applies_a_change_without_waiting_for_the_poll() {
             within("the change after check_now", applied.changed()).await.expect("directory alive");
         }
     }
+}
+
+#[tokio::test]
+async fn a_user_added_by_another_connection_logs_in_before_the_poll_sees_it() {
+    let fx = Fixture::new();
+    // No poll tick can bring the new records in during this test: only the read on a miss.
+    fx.quiet_poll().await;
+    let applied = *fx.directory.changes().borrow();
+    let builtin = fx.provider(true);
+    let x509 = X509Provider::new(Arc::clone(&fx.directory));
+    fx.admin.add_user("new-user", AuthType::Basic, Some(b"new-pw"), false).expect("adds");
+    fx.admin.add_rule("new-user", rule("inbox/%u", Read), None).expect("adds");
+    fx.admin.add_user("new-device", AuthType::X509, None, false).expect("adds");
+
+    let user = allowed(decide(&builtin, &info(Some("new-user"), Some(b"new-pw"))).await);
+    assert_eq!(user.acl, Some(vec![rule("inbox/%u", Read)]));
+    denied(decide(&builtin, &info(Some("new-user"), Some(b"wrong"))).await);
+    let device = allowed(decide(&x509, &with_cert(Some("new-device"))).await);
+    assert_eq!(device.username.as_deref(), Some("new-device"));
+    assert_eq!(*fx.directory.changes().borrow(), applied, "the poll did not run");
+    let stats = fx.directory.lookup_stats();
+    assert_eq!((stats.store_reads, stats.found), (2, 2), "{stats:?}");
+
+    // The identity of a user found this way follows later changes like any other.
+    let mut live = device.live.expect("live handle");
+    fx.admin.set_disabled("new-device", true).expect("disables");
+    fx.directory.check_now();
+    assert_eq!(next_state(&mut live, "disabled device").await, IdentityState::Revoked(Revocation::Disabled));
+    // And a removal is not undone by what the read found earlier.
+    let mut applied = fx.directory.changes();
+    fx.admin.remove_user("new-user").expect("removes");
+    fx.directory.check_now();
+    while fx.directory.user("new-user").is_some() {
+        within("the removal", applied.changed()).await.expect("directory alive");
+    }
+    next(decide(&builtin, &info(Some("new-user"), Some(b"new-pw"))).await);
+}
+
+#[tokio::test]
+async fn a_burst_of_unknown_names_costs_a_bounded_number_of_store_reads() {
+    let opened = std::time::Instant::now();
+    let fx = Fixture::new();
+    fx.quiet_poll().await;
+    let builtin = Arc::new(fx.provider(true));
+    let burst = |names: Vec<String>| {
+        let tasks: Vec<_> = names
+            .into_iter()
+            .map(|name| {
+                let builtin = Arc::clone(&builtin);
+                tokio::spawn(async move { decide(&*builtin, &info(Some(&name), Some(b"guess"))).await })
+            })
+            .collect();
+        async move {
+            for task in tasks {
+                next(task.await.expect("login task"));
+            }
+        }
+    };
+
+    // One name, many times at once: one read, the rest wait for it and find the negative entry.
+    burst(vec!["ghost".to_string(); 200]).await;
+    let stats = fx.directory.lookup_stats();
+    assert_eq!((stats.store_reads, stats.known_missing), (1, 199), "{stats:?}");
+
+    // Many names: the budget caps the reads; every miss is either a read or over budget.
+    burst((0..500).map(|i| format!("unknown-{i}")).collect()).await;
+    let elapsed = opened.elapsed().as_secs_f64();
+    let stats = fx.directory.lookup_stats();
+    let bound = LOOKUP_BURST as u64 + (LOOKUPS_PER_SECOND as f64 * elapsed).ceil() as u64;
+    assert!(
+        stats.store_reads <= bound,
+        "{} reads, at most {bound} allowed in {elapsed:.3} s",
+        stats.store_reads
+    );
+    assert_eq!(stats.store_reads - 1 + stats.over_budget, 500, "{stats:?}");
+    assert!(stats.over_budget > 0, "the budget was reached: {stats:?}");
+
+    // Known users do not need the budget.
+    allowed(decide(&*builtin, &info(Some("alice"), Some(b"alice-pw"))).await);
+    // Names longer than any stored one are never read.
+    let before = fx.directory.lookup_stats();
+    next(decide(&*builtin, &info(Some(&"x".repeat(2000)), Some(b"pw"))).await);
+    assert_eq!(fx.directory.lookup_stats(), before);
 }
