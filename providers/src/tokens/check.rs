@@ -28,8 +28,8 @@ pub enum CheckError {
     /// The token did not verify, or is not a claim token.
     #[error(transparent)]
     Token(#[from] TokenError),
-    /// The path is not a valid path.
-    #[error("invalid path: {0}")]
+    /// The path is not a valid path (or could not be matched).
+    #[error("cannot match the path: {0}")]
     Path(String),
 }
 

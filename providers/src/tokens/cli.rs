@@ -60,8 +60,8 @@ pub enum CliError {
     /// No token could be made from the arguments.
     #[error(transparent)]
     Token(#[from] TokenError),
-    /// `check` was given an invalid path.
-    #[error("invalid path: {0}")]
+    /// `check` was given an invalid path (or could not match it).
+    #[error("cannot match the path: {0}")]
     Path(String),
     /// Writing the output failed.
     #[error("cannot write the output: {0}")]

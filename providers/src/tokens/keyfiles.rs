@@ -106,10 +106,20 @@ pub(crate) fn is_key_file(name: &str) -> bool {
     name.ends_with(".rsa.p8") || name.ends_with(".ec.p8")
 }
 
-/// Creates `dir` and its parents; a directory made here is owner-only (0700).
+/// Creates `dir` (owner-only, 0700, if it is made here) and its parents (with the usual
+/// permissions: the storage directory is not the key store's to restrict).
 pub(crate) fn create_dir(dir: &Path) -> Result<(), KeyError> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| KeyError::Io {
+            action: "create directory",
+            path: parent.to_owned(),
+            source,
+        })?;
+    }
+    if dir.is_dir() {
+        return Ok(());
+    }
     let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir).map_err(|source| KeyError::Io {
