@@ -524,3 +524,28 @@ fn check_hands_the_pairs_to_the_matcher_as_a_json_message() {
     assert!(matches!(err, CheckError::Token(TokenError::WrongKind { .. })), "{err:?}");
     assert!(never.0.borrow().is_empty(), "a token that is not a claim token never reaches the matcher");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Any valid set of pairs comes back from a token exactly, in order, and as the object
+    /// whose entries are those pairs.
+    #[test]
+    fn any_pairs_round_trip(words in proptest::collection::vec("[a-z]{1,6}|[^\\x00]{0,12}", 1..12)) {
+        proptest::prop_assume!(!words.iter().step_by(2).any(String::is_empty));
+        let keys_in_order: Vec<&String> = words.iter().step_by(2).collect();
+        let distinct = keys_in_order.iter().enumerate().all(|(i, k)| !keys_in_order[..i].contains(k));
+        proptest::prop_assume!(distinct);
+        let (_dir, keys) = store();
+        let pairs = Pairs::from_words(&words).unwrap();
+        let claims = verify(&keys, &forge_claim(&keys, &pairs, now()).unwrap(), now()).unwrap();
+        proptest::prop_assert_eq!(claims.pairs(), Some(&pairs));
+        let object = claims.pairs_object().unwrap();
+        let object = object.as_object().unwrap();
+        proptest::prop_assert_eq!(object.len(), pairs.len());
+        for chunk in words.chunks(2) {
+            let expected = chunk.get(1).map_or(serde_json::Value::Bool(true), |v| serde_json::Value::String(v.clone()));
+            proptest::prop_assert_eq!(&object[&chunk[0]], &expected);
+        }
+    }
+}
