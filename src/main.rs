@@ -164,19 +164,6 @@ impl Signals {
 /// `mesgd check`'s exit status when it could not answer.
 const CHECK_ERROR: u8 = 2;
 
-/// The content-routing path matcher `mesgd check` uses.
-///
-/// `mesgd_core::content` (paths and their matcher, branch `content`) is not in this build yet;
-/// until it is merged, `check` reports that it cannot match a path. Once it is:
-/// `Path::parse(path)?.matches(&Message::scan(message)?)`.
-struct ContentPaths;
-
-impl mesgd_providers::tokens::PathMatcher for ContentPaths {
-    fn matches(&self, _path: &str, _message: &[u8]) -> Result<bool, String> {
-        Err("path matching (mesgd_core::content) is not in this build yet".into())
-    }
-}
-
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = load_config(cli.config.as_deref())?;
     let keys_dir = mesgd_providers::tokens::keys_dir(&config.storage_dir());
@@ -188,14 +175,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => {
             use mesgd_providers::tokens::cli::{Verdict, run_check};
             let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
-            return Ok(match run_check(&args, &keys_dir, now, &ContentPaths, &mut out, &mut err) {
-                Ok(Verdict::Ok) => ExitCode::SUCCESS,
-                Ok(Verdict::Fail) => ExitCode::FAILURE,
-                Err(e) => {
-                    eprintln!("mesgd: {e}");
-                    ExitCode::from(CHECK_ERROR)
-                }
-            });
+            return Ok(
+                match run_check(
+                    &args,
+                    &keys_dir,
+                    now,
+                    &mesgd_providers::tokens::ContentPaths,
+                    &mut out,
+                    &mut err,
+                ) {
+                    Ok(Verdict::Ok) => ExitCode::SUCCESS,
+                    Ok(Verdict::Fail) => ExitCode::FAILURE,
+                    Err(e) => {
+                        eprintln!("mesgd: {e}");
+                        ExitCode::from(CHECK_ERROR)
+                    }
+                },
+            );
         }
         Command::Keys(cmd) => {
             mesgd_providers::tokens::cli::run_keys_command(&cmd, &keys_dir, now, &mut std::io::stdout())?;

@@ -2,8 +2,8 @@
 //!
 //! `parse` and `verify` must never panic, and no input may verify: the key store is made once
 //! per process in a temporary directory, and nothing but that store's own `forge` can produce
-//! a token it accepts. Seeds: `fuzz/seeds/token_parse` (`cargo fuzz run token_parse
-//! fuzz/seeds/token_parse`), which a stable unit test in `mesgd-providers` also replays.
+//! a token it accepts. Seeds: `fuzz/corpus/token_parse` (`cargo fuzz run token_parse
+//! fuzz/corpus/token_parse`), which a stable unit test in `mesgd-providers` also replays.
 
 #![no_main]
 

@@ -6,10 +6,13 @@
 //! `/room=lobby/from=ann` does not (no `from`).
 //!
 //! The path language and its matcher belong to `mesgd_core::content`; this module does not
-//! have a second one. It takes the matcher as a [`PathMatcher`], which the binary implements
-//! over `mesgd_core::content::Path`.
+//! have a second one. [`check`] takes the matcher as a [`PathMatcher`]; [`ContentPaths`] is
+//! the real one, over `mesgd_core::content::{Path, Message}`. The path is taken as written:
+//! a path on the command line is not a URL, so it is not percent-decoded.
 
 use std::time::SystemTime;
+
+use mesgd_core::content::{Message, Path};
 
 use super::{KeyStore, Kind, TokenError, verify};
 
@@ -19,6 +22,18 @@ pub trait PathMatcher {
     /// Whether `path` matches the JSON `message`; `Err` with the reason if `path` is not a
     /// valid path.
     fn matches(&self, path: &str, message: &[u8]) -> Result<bool, String>;
+}
+
+/// The content-routing matcher: [`Path::parse`] and [`Path::matches`] on the scanned message.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ContentPaths;
+
+impl PathMatcher for ContentPaths {
+    fn matches(&self, path: &str, message: &[u8]) -> Result<bool, String> {
+        let path = Path::parse(path).map_err(|e| e.to_string())?;
+        let message = Message::scan(message).map_err(|e| format!("the claims are not a message: {e}"))?;
+        Ok(path.matches(&message))
+    }
 }
 
 /// Why `check` gave no answer.

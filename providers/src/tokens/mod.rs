@@ -17,8 +17,8 @@
 //!   use, atomic owner-only files, the `flock` that makes creation and rotation race-safe, and
 //!   rotation with a grace period.
 //! - `ops`: [`issue`], [`forge_claim`] and [`verify`], the one implementation every caller uses.
-//! - [`check`]: `mesgd check`'s rule (the pairs, as a JSON message, against a path) over the
-//!   [`PathMatcher`] seam.
+//! - [`check`]: `mesgd check`'s rule (the pairs, as a JSON message, against a path), with
+//!   [`ContentPaths`], the `mesgd_core::content` matcher, behind the [`PathMatcher`] seam.
 //! - [`sdk`]: the SDK's `{"r","s"}` message signatures and RSA-OAEP message encryption.
 //! - [`cli`]: the `forge`, `check` and `keys` commands.
 //! - `error`: [`TokenError`] and [`KeyError`].
@@ -36,7 +36,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use check::{CheckError, PathMatcher};
+pub use check::{CheckError, ContentPaths, PathMatcher};
 pub use claims::{
     Claims, Kind, MAX_FIELD_LEN, MAX_PAIRS, MAX_PATTERNS, MAX_PREFIXES, PairValue, Pairs, Payload,
 };

@@ -478,13 +478,12 @@ fn too_many_retired_keys_refuse_rotation() {
     assert!(matches!(err, KeyError::TooManyRetired { count: 9, max: 8 }), "{err:?}");
 }
 
-/// The fuzz target's seed corpus (`fuzz/seeds/token_parse`, committed; `fuzz/corpus` is
-/// cargo-fuzz's own, ignored), replayed on stable: parsing and verifying never panic, and no
+/// The fuzz target's committed seed corpus (`fuzz/corpus/token_parse`), replayed on stable: parsing and verifying never panic, and no
 /// entry verifies with a key it was not made for.
 #[test]
 fn fuzz_corpus_replays_without_panic() {
     let (_dir, keys) = store();
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/token_parse");
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/token_parse");
     let mut count = 0;
     for entry in std::fs::read_dir(&corpus).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
@@ -523,6 +522,23 @@ fn check_hands_the_pairs_to_the_matcher_as_a_json_message() {
     let err = check::check(&keys, "/room=lobby", &issue(&keys, &grant).unwrap(), now(), &never).unwrap_err();
     assert!(matches!(err, CheckError::Token(TokenError::WrongKind { .. })), "{err:?}");
     assert!(never.0.borrow().is_empty(), "a token that is not a claim token never reaches the matcher");
+}
+
+/// The seed's examples through the real path matcher.
+#[test]
+fn check_with_content_paths_follows_the_seed() {
+    let (_dir, keys) = store();
+    let token = forge(&keys, &["sub", "alice", "room", "lobby"]);
+    let at = |path: &str| check::check(&keys, path, &token, now(), &ContentPaths);
+    assert!(at("/room=lobby").unwrap());
+    assert!(at("/room=*").unwrap());
+    assert!(at("/").unwrap());
+    assert!(!at("/room=lobby/from=ann").unwrap());
+    assert!(!at("/room=kitchen").unwrap());
+    let odd = forge(&keys, &["room", "lobby", "vip"]);
+    assert!(check::check(&keys, "/vip=true", &odd, now(), &ContentPaths).unwrap());
+    let err = at("/a=b=c").unwrap_err();
+    assert!(matches!(&err, CheckError::Path(m) if m.contains("a=b=c")), "{err:?}");
 }
 
 proptest::proptest! {
