@@ -1,6 +1,10 @@
 //! The `mesgd` command line: `mesgd serve` runs the broker; `mesgd user` and `mesgd acl` manage
-//! the builtin user store, also while the broker runs; `mesgd plugin check` inspects a plugin
-//! library.
+//! the builtin user store, also while the broker runs; `mesgd forge`, `mesgd check` and `mesgd
+//! keys` make, try and manage PKI tokens; `mesgd plugin check` inspects a plugin library.
+//!
+//! Exit status: 0 on success; 1 on failure, and for `check` when the token does not admit the
+//! path (it printed `fail`); 2 when `check` could not answer (an invalid path, an unreadable key
+//! store) and for command-line usage errors.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,6 +38,14 @@ enum Command {
     /// Manage builtin users' ACL rules.
     #[command(subcommand)]
     Acl(mesgd_providers::builtin::AclCommand),
+    /// Print a claim token for KEY VALUE pairs (saves nothing but the server keys, made on
+    /// first use in <storage.dir>/keys).
+    Forge(mesgd_providers::tokens::cli::ForgeArgs),
+    /// Print `ok` if a claim token's pairs, as a JSON message, match PATH, else `fail`.
+    Check(mesgd_providers::tokens::cli::CheckArgs),
+    /// Manage the server's token keys (in <storage.dir>/keys).
+    #[command(subcommand)]
+    Keys(mesgd_providers::tokens::cli::KeysCommand),
     /// Inspect authentication plugin libraries.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -149,9 +161,41 @@ impl Signals {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+/// `mesgd check`'s exit status when it could not answer.
+const CHECK_ERROR: u8 = 2;
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = load_config(cli.config.as_deref())?;
+    let keys_dir = mesgd_providers::tokens::keys_dir(&config.storage_dir());
+    let now = std::time::SystemTime::now();
     match cli.command {
+        Command::Forge(args) => {
+            mesgd_providers::tokens::cli::run_forge(&args, &keys_dir, now, &mut std::io::stdout())?;
+        }
+        Command::Check(args) => {
+            use mesgd_providers::tokens::cli::{Verdict, run_check};
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            return Ok(
+                match run_check(
+                    &args,
+                    &keys_dir,
+                    now,
+                    &mesgd_providers::tokens::ContentPaths,
+                    &mut out,
+                    &mut err,
+                ) {
+                    Ok(Verdict::Ok) => ExitCode::SUCCESS,
+                    Ok(Verdict::Fail) => ExitCode::FAILURE,
+                    Err(e) => {
+                        eprintln!("mesgd: {e}");
+                        ExitCode::from(CHECK_ERROR)
+                    }
+                },
+            );
+        }
+        Command::Keys(cmd) => {
+            mesgd_providers::tokens::cli::run_keys_command(&cmd, &keys_dir, now, &mut std::io::stdout())?;
+        }
         Command::Serve => {
             mesgd::logging::init(&config.log.level);
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -159,13 +203,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // A plugin call that never returns holds a blocking thread for good; dropping the
             // runtime would wait for it forever.
             runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-            served
+            served?;
         }
         Command::Plugin(PluginCommand::Check { path, plugin_config }) => {
             let report = mesgd_plugin_host::check(&path, plugin_config.as_deref());
             print!("{report}");
             anyhow::ensure!(report.is_usable(), "{} cannot be used as a plugin", path.display());
-            Ok(())
         }
         Command::Store(StoreCommand::Stats) => {
             let s = mesgd::persist::stats(&config.storage_dir())?;
@@ -176,7 +219,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("retained\t{}", s.retained);
             println!("wills\t{}", s.wills);
             println!("bytes_on_disk\t{}", s.bytes_on_disk);
-            Ok(())
         }
         Command::Store(StoreCommand::Compact) => {
             let (before, after) = mesgd::persist::compact(&config.storage_dir())?;
@@ -184,26 +226,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "compacted {}: {before} bytes -> {after} bytes",
                 config.storage_dir().join(mesgd::persist::STATE_DB_FILE).display()
             );
-            Ok(())
         }
         Command::User(cmd) => {
             let db = user_db(&config)?;
             let stdin = std::io::stdin();
             mesgd_providers::builtin::run_user_command(cmd, &db, &mut std::io::stdout(), &mut stdin.lock())?;
-            Ok(())
         }
         Command::Acl(cmd) => {
             let db = user_db(&config)?;
             let stdin = std::io::stdin();
             mesgd_providers::builtin::run_acl_command(cmd, &db, &mut std::io::stdout(), &mut stdin.lock())?;
-            Ok(())
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("mesgd: {e:#}");
             ExitCode::FAILURE

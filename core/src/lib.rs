@@ -22,12 +22,16 @@
 //! - [`retained`]: the retained-message store.
 //! - [`journal`]: the [`journal::Change`]s to durable state the core records for a persistence
 //!   layer, and the [`journal::Journal`] trait it records them into.
+//! - [`content`]: content-based routing — listener paths on JSON messages, the validating
+//!   top-level scanner, the lock-free indexed [`content::Matcher`], coverage for grants, and
+//!   the pattern compiler.
 //! - [`broker`]: [`broker::Broker`] — the session registry, takeover locks, wills, expiry timers
 //!   and statistics, over the router and the retained store.
 
 pub mod acl;
 pub mod auth;
 pub mod broker;
+pub mod content;
 pub mod journal;
 pub mod message;
 pub mod mqtt;

@@ -31,8 +31,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use mesgd_core::auth::{Authenticator, BoxFuture, ConnectInfo, Denial, Identity, Outcome, ProviderError};
@@ -204,7 +202,7 @@ impl std::fmt::Debug for JwtProvider {
 impl JwtProvider {
     fn decide(&self, info: &ConnectInfo) -> Outcome {
         let Some(token) = info.password.as_ref().and_then(|p| p.expose_str()) else { return Outcome::Next };
-        let Some(alg) = token_algorithm(token) else { return Outcome::Next };
+        let Some(alg) = crate::token_shape::jwt_algorithm(token) else { return Outcome::Next };
         if alg != "HS256" {
             return deny(format!("token algorithm {:?} is not accepted (only HS256)", shorten(&alg)));
         }
@@ -277,24 +275,6 @@ fn shorten(text: &str) -> String {
     text.chars().take(32).collect()
 }
 
-/// The `alg` of `token` if it is shaped like a JWT: three base64url segments (the signature may
-/// be empty, as in an unsigned token) whose first decodes to a JSON object with a string
-/// `alg`. Anything else is not a token, so the provider passes it on.
-fn token_algorithm(token: &str) -> Option<String> {
-    let mut segments = token.split('.');
-    let (header, payload, signature) = (segments.next()?, segments.next()?, segments.next()?);
-    if segments.next().is_some() || header.is_empty() || payload.is_empty() {
-        return None;
-    }
-    let base64url = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !(base64url(header) && base64url(payload) && base64url(signature)) {
-        return None;
-    }
-    let header = URL_SAFE_NO_PAD.decode(header).ok()?;
-    let header: Map<String, Value> = serde_json::from_slice(&header).ok()?;
-    header.get("alg")?.as_str().map(str::to_owned)
-}
-
 impl Authenticator for JwtProvider {
     fn name(&self) -> &str {
         TYPE_NAME
@@ -308,6 +288,9 @@ impl Authenticator for JwtProvider {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
     use super::*;
 
     #[test]
@@ -334,7 +317,7 @@ mod tests {
             ("..".into(), None),
         ];
         for (token, expected) in cases {
-            assert_eq!(token_algorithm(&token).as_deref(), expected, "{token:?}");
+            assert_eq!(crate::token_shape::jwt_algorithm(&token).as_deref(), expected, "{token:?}");
         }
     }
 

@@ -21,6 +21,10 @@
 //!   builtin record of `auth_type = x509`.
 //! - [`jwt`] (feature `jwt`): an HS256 JSON Web Token in the password field.
 //! - [`http`] (feature `http`): a webhook that is asked about every connect.
+//! - [`tokens`] (feature `tokens`): mesgd's PKI tokens (claim, grant, anonymous): the wire
+//!   format (encrypted claims, a dot, an ECDSA signature), the server's key store under
+//!   `<storage.dir>/keys/` with rotation, `forge` / `verify` / `check`, the `mesgd forge`,
+//!   `check` and `keys` commands, and the SDK's message signature and encryption helpers.
 //! - `cache` and `rules` (private): the bounded cache and keyed MAC shared by the providers
 //!   that cache answers, and the reading of ACL rule arrays from tokens and webhook answers.
 
@@ -35,6 +39,10 @@ pub mod jwt;
 pub mod registry;
 #[cfg(any(feature = "jwt", feature = "http"))]
 mod rules;
+#[cfg(any(feature = "jwt", feature = "tokens"))]
+mod token_shape;
+#[cfg(feature = "tokens")]
+pub mod tokens;
 #[cfg(feature = "x509")]
 pub mod x509;
 
