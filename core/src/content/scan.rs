@@ -7,9 +7,9 @@
 //! so any length is accepted. Nesting is limited to [`MAX_DEPTH`] levels, the same limit
 //! `serde_json` applies, and checked with a 128-bit stack instead of recursion.
 //!
-//! Strings are scanned eight bytes at a time for the three bytes that end a plain run (`"`,
-//! `\` and control characters); runs with bytes of 128 or more are checked with the standard
-//! library's UTF-8 validator, so ASCII text costs no extra pass. Only top-level strings with
+//! Strings are scanned with SIMD (`memchr`) for the bytes that end a plain run (`"` and `\`),
+//! and the run is checked for control characters and bytes of 128 or more in one branch-free
+//! pass; only runs with such bytes go through the standard library's UTF-8 validator. Only top-level strings with
 //! escapes are decoded; nested values are validated and skipped.
 
 use super::message::{Kind, Message, Shape, Span};
@@ -103,41 +103,23 @@ pub enum SyntaxError {
 
 type Result<T> = std::result::Result<T, ScanError>;
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// Flags (in the high bit of each byte) the bytes of `w` equal to `b`; the lowest flag is exact.
-fn bytes_equal(w: u64, b: u8) -> u64 {
-    let x = w ^ (ONES * u64::from(b));
-    x.wrapping_sub(ONES) & !x & HIGHS
-}
-
-/// Flags the bytes of `w` below `n` (n ≤ 128); the lowest flag is exact.
-fn bytes_below(w: u64, n: u8) -> u64 {
-    w.wrapping_sub(ONES * u64::from(n)) & !w & HIGHS
-}
-
 /// The first `"`, `\` or control character at or after `i` (or the end), and whether a byte of
-/// 128 or more may lie before it.
-fn find_special(b: &[u8], mut i: usize) -> (usize, bool) {
-    let mut high = 0u64;
-    while let Some(chunk) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-        let w = u64::from_le_bytes(*chunk);
-        high |= w & HIGHS;
-        let special = bytes_equal(w, b'"') | bytes_equal(w, b'\\') | bytes_below(w, 0x20);
-        if special != 0 {
-            return (i + (special.trailing_zeros() / 8) as usize, high != 0);
-        }
-        i += 8;
+/// 128 or more lies before it. `memchr` finds the quote or backslash with SIMD; one branch-free
+/// pass over the run then looks for control characters and non-ASCII bytes together.
+fn find_special(b: &[u8], i: usize) -> (usize, bool) {
+    let rest = b.get(i..).unwrap_or_default();
+    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    let run = &rest[..end];
+    let (mut low, mut high) = (false, 0u8);
+    for &c in run {
+        low |= c < 0x20;
+        high |= c;
     }
-    while let Some(&c) = b.get(i) {
-        if c == b'"' || c == b'\\' || c < 0x20 {
-            break;
-        }
-        high |= u64::from(c & 0x80);
-        i += 1;
+    if low {
+        let at = run.iter().position(|&c| c < 0x20).unwrap_or(end);
+        return (i + at, run[..at].iter().any(|&c| c >= 0x80));
     }
-    (i, high != 0)
+    (i + end, high >= 0x80)
 }
 
 struct Cursor<'a> {

@@ -17,6 +17,7 @@
 //! removing a listener is O(1) and an entry costs 16 bytes.
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use crate::content::hash;
 use crate::content::message::{Member, Message};
@@ -39,7 +40,25 @@ struct Record<Id> {
     id: Id,
     next: u32,
     prev: u32,
+    /// One bit per segment (see [`bit`]): a candidate whose bits the message lacks is skipped
+    /// without reading its path.
+    signature: u64,
     anchor: Anchor,
+}
+
+/// A bit chosen by the top six bits of a hash.
+fn bit(hash: u64) -> u64 {
+    1 << (hash >> 58)
+}
+
+/// The bits of a path's segments: a key's hash for presence, the pair's hash for a value.
+fn signature(path: &Path) -> u64 {
+    path.segments()
+        .map(|seg| match list_of(&seg) {
+            List::Presence(key) => bit(key),
+            List::Pair { pair, .. } => bit(pair),
+        })
+        .fold(0, |a, b| a | b)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -96,21 +115,28 @@ impl<Id: Copy> Index<Id> {
     }
 
     /// The anchor the writer should file `path` under: the value segment with the shortest
-    /// list, else the presence segment with the shortest list.
+    /// list, else the presence segment with the shortest list; between equals, the one whose
+    /// key has fewer listeners filed under it (a key few paths use is usually one few
+    /// messages carry, so it brings fewer candidates).
     pub(super) fn choose_anchor(&self, path: &Path) -> Anchor {
-        let mut best: Option<(bool, u32, usize)> = None;
+        let mut best: Option<((bool, u32, u32), usize)> = None;
         for (n, seg) in path.segments().enumerate() {
-            let candidate = match list_of(&seg) {
-                List::Pair { pair, .. } => (false, self.pair(pair).map_or(0, |e| e.len), n),
-                List::Presence(key) => (true, self.key(key).map_or(0, |e| e.presence_len), n),
+            let rank = match list_of(&seg) {
+                List::Pair { key, pair } => {
+                    (false, self.pair(pair).map_or(0, |e| e.len), self.key(key).map_or(0, |e| e.values))
+                }
+                List::Presence(key) => {
+                    let len = self.key(key).map_or(0, |e| e.presence_len);
+                    (true, len, len)
+                }
             };
-            if best.is_none_or(|b| (candidate.0, candidate.1) < (b.0, b.1)) {
-                best = Some(candidate);
+            if best.is_none_or(|b| rank < b.0) {
+                best = Some((rank, n));
             }
         }
         match best {
             // Paths have at most 64 segments.
-            Some((_, _, n)) => Anchor::Segment(n as u8),
+            Some((_, n)) => Anchor::Segment(n as u8),
             None => Anchor::Everything,
         }
     }
@@ -146,12 +172,18 @@ impl<Id: Copy> Index<Id> {
         };
         let i = slot as usize;
         if self.records.len() <= i {
+            // Grow by an eighth rather than doubling: two copies of a mostly idle tail add up.
+            let more = (i + 1 - self.records.len()).max(self.records.len() / 8 + 16);
+            if self.records.capacity() <= i {
+                self.records.reserve_exact(more);
+            }
             self.records.resize_with(i + 1, || None);
         }
         if let Some(Some(next)) = self.records.get_mut(head as usize) {
             next.prev = slot;
         }
-        self.records[i] = Some(Record { path, id, next: head, prev: NONE, anchor });
+        let signature = signature(&path);
+        self.records[i] = Some(Record { path, id, next: head, prev: NONE, signature, anchor });
         self.set_head(anchor, slot, i);
     }
 
@@ -250,25 +282,44 @@ impl<Id: Copy> Index<Id> {
         if self.keys.is_empty() {
             return;
         }
+        // First the message's signature and the members whose key anchors anything, then the
+        // lists: a candidate's signature is checked before its path is read.
+        let mut signature = 0u64;
+        let mut anchored: SmallVec<[(&Member, &KeyEntry, Option<u64>); 32]> = SmallVec::new();
         for member in msg.live_members() {
-            let Some(key) = self.key(member.key_hash) else { continue };
-            if key.presence != NONE {
-                self.walk(key.presence, msg, member, f);
+            let pair = msg.scalar_bytes(member).map(|text| hash::pair_hash(member.key_hash, text));
+            signature |= bit(member.key_hash) | pair.map_or(0, bit);
+            if let Some(key) = self.key(member.key_hash) {
+                anchored.push((member, key, pair));
             }
-            if key.values != 0 {
-                if let Some(text) = msg.scalar_bytes(member) {
-                    if let Some(pair) = self.pair(hash::pair_hash(member.key_hash, text)) {
-                        self.walk(pair.head, msg, member, f);
-                    }
+        }
+        for (member, key, pair) in anchored {
+            if key.presence != NONE {
+                self.walk(key.presence, msg, member, signature, f);
+            }
+            if let (true, Some(pair)) = (key.values != 0, pair) {
+                if let Some(pair) = self.pair(pair) {
+                    self.walk(pair.head, msg, member, signature, f);
                 }
             }
         }
     }
 
-    fn walk(&self, head: u32, msg: &Message<'_>, member: &Member, f: &mut impl FnMut(Id, &Path)) {
+    fn walk(
+        &self,
+        head: u32,
+        msg: &Message<'_>,
+        member: &Member,
+        signature: u64,
+        f: &mut impl FnMut(Id, &Path),
+    ) {
         let key = msg.key_of(member);
         let mut slot = head;
         while let Some(Some(r)) = self.records.get(slot as usize) {
+            if r.signature & !signature != 0 {
+                slot = r.next;
+                continue;
+            }
             let reached_by_anchor = match r.anchor {
                 Anchor::Segment(n) => r.path.segment(n.into()).is_some_and(|s| s.addresses(key)),
                 Anchor::Everything => false,
