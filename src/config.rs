@@ -128,6 +128,9 @@ pub enum ListenerKind {
     Mqtt,
     /// MQTT over WebSocket (or secure WebSocket, with `tls`), subprotocol `mqtt`.
     MqttWs,
+    /// HTTP (or HTTPS, with `tls`): the listener every HTTP-based front end shares. Today it
+    /// carries MQTT over WebSocket at `/mqtt`.
+    Http,
 }
 
 impl ListenerKind {
@@ -136,6 +139,7 @@ impl ListenerKind {
         match self {
             ListenerKind::Mqtt => "mqtt",
             ListenerKind::MqttWs => "mqtt-ws",
+            ListenerKind::Http => "http",
         }
     }
 }

@@ -6,27 +6,24 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::Either;
 use mesgd_core::auth::Chain;
 use mesgd_core::broker::{Broker, BrokerLimits, Stats};
 use mesgd_core::message::{Message, Origin};
 use mesgd_core::mqtt::QoS;
 use mesgd_core::session::{Kick, QueueLimits};
 use mesgd_core::topic::TopicName;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use mesgd_providers::Services;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ListenerKind};
-use crate::login_guard::LoginGuard;
-use crate::mqtt::{self, Settings};
+use crate::context::ServerContext;
+use crate::listener::{self, Connections, Endpoint};
 use crate::persist::{self, WriterHandle};
 use crate::tls::{ReloadableAcceptor, TlsError};
-use crate::ws::{self, WsEndpoint};
 
 /// How long shutdown waits for connections to say goodbye.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -46,8 +43,8 @@ pub enum StartError {
         source: std::io::Error,
     },
     /// The authentication chain could not be built.
-    #[error("{0}")]
-    Auth(String),
+    #[error(transparent)]
+    Auth(#[from] mesgd_providers::ConfigError),
     /// The state store cannot be opened or read.
     #[error(transparent)]
     State(#[from] crate::persist::StoreError),
@@ -80,43 +77,10 @@ pub struct BoundListener {
     pub addr: SocketAddr,
 }
 
-/// Counts open connections, for `max_connections` and for waiting at shutdown.
-#[derive(Debug, Default)]
-struct Connections {
-    open: AtomicUsize,
-    all_closed: Notify,
-}
-
-/// Held by each connection task; the count drops with it.
-struct ConnectionSlot(Arc<Connections>);
-
-impl Connections {
-    fn try_open(self: &Arc<Self>, max: usize) -> Option<ConnectionSlot> {
-        let mut n = self.open.load(Ordering::Relaxed);
-        loop {
-            if n >= max {
-                return None;
-            }
-            match self.open.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return Some(ConnectionSlot(self.clone())),
-                Err(actual) => n = actual,
-            }
-        }
-    }
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.all_closed.notify_waiters();
-        }
-    }
-}
-
 /// A running mesgd.
 #[derive(Debug)]
 pub struct Server {
-    broker: Arc<Broker>,
+    ctx: Arc<ServerContext>,
     listeners: Vec<BoundListener>,
     tasks: Vec<JoinHandle<()>>,
     stop: watch::Sender<bool>,
@@ -125,14 +89,14 @@ pub struct Server {
     persistence: Option<WriterHandle>,
 }
 
-fn build_chain(config: &Config) -> Result<Chain, StartError> {
+/// Builds the provider chain, and keeps the services its providers opened.
+fn build_chain(config: &Config) -> Result<(Chain, Services), StartError> {
     let mut ctx =
         mesgd_providers::BuildContext::new(config.storage_dir()).with_base_dir(config.base_dir.clone());
     let mut registry = mesgd_providers::Registry::with_builtin_providers();
     mesgd_plugin_host::register(&mut registry);
-    registry
-        .build_chain(&config.auth.providers, config.auth.allow_anonymous, &mut ctx)
-        .map_err(|e| StartError::Auth(e.to_string()))
+    let chain = registry.build_chain(&config.auth.providers, config.auth.allow_anonymous, &mut ctx)?;
+    Ok((chain, std::mem::take(ctx.services_mut())))
 }
 
 impl Server {
@@ -142,7 +106,7 @@ impl Server {
             let dir = config.storage_dir();
             std::fs::create_dir_all(&dir).map_err(|source| StartError::Storage { dir, source })?;
         }
-        let chain = build_chain(&config)?;
+        let (chain, services) = build_chain(&config)?;
         let l = &config.limits;
         let broker = Arc::new(Broker::new(BrokerLimits {
             queue: QueueLimits {
@@ -162,12 +126,7 @@ impl Server {
             broker.set_journal(&journal);
             p.writer
         });
-        let shared = Arc::new(mqtt::Shared {
-            broker: broker.clone(),
-            chain,
-            settings: Settings::from_config(&config),
-            login_guard: LoginGuard::new(config.auth.failed_login.clone()),
-        });
+        let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services));
         let (stop, stopped) = watch::channel(false);
         let connections = Arc::new(Connections::default());
         let mut listeners = Vec::new();
@@ -185,39 +144,25 @@ impl Server {
                 }
                 None => None,
             };
-            let socket = TcpListener::bind(lc.bind).await.map_err(|source| StartError::Bind {
-                name: name.clone(),
-                addr: lc.bind,
-                source,
-            })?;
-            let addr = socket.local_addr().map_err(|source| StartError::Bind {
-                name: name.clone(),
-                addr: lc.bind,
-                source,
-            })?;
-            tracing::info!(listener = %name, %addr, kind = lc.kind.as_str(), tls = tls.is_some(), "listening");
-            listeners.push(BoundListener { name: name.clone(), kind: lc.kind, addr });
-            let name: Arc<str> = Arc::from(name);
-            let endpoint = Arc::new(Endpoint {
-                ws: (lc.kind == ListenerKind::MqttWs).then(|| {
-                    Arc::new(WsEndpoint {
-                        path: Arc::from(lc.ws_path()),
-                        listener: name.clone(),
-                        shared: shared.clone(),
-                        header_timeout: shared.settings.connect_timeout,
-                    })
-                }),
-                tls,
-                name,
-                shared: shared.clone(),
-            });
-            tasks.push(tokio::spawn(accept_loop(
-                socket,
+            let endpoint = Arc::new(Endpoint::new(Arc::from(name.as_str()), lc, ctx.clone(), tls));
+            let running = listener::start(
+                lc.bind,
                 endpoint,
                 connections.clone(),
                 config.limits.max_connections,
-                stopped.clone(),
-            )));
+                &stopped,
+            )
+            .await
+            .map_err(|source| StartError::Bind { name: name.clone(), addr: lc.bind, source })?;
+            tracing::info!(
+                listener = %name,
+                addr = %running.addr,
+                kind = lc.kind.as_str(),
+                tls = lc.tls.is_some(),
+                "listening"
+            );
+            listeners.push(BoundListener { name, kind: lc.kind, addr: running.addr });
+            tasks.push(running.task);
         }
         tasks.push(tokio::spawn(timer_loop(broker.clone(), stopped.clone())));
         if config.mqtt.sys_interval > 0 {
@@ -227,7 +172,7 @@ impl Server {
                 stopped.clone(),
             )));
         }
-        Ok(Server { broker, listeners, tasks, stop, connections, tls: acceptors, persistence })
+        Ok(Server { ctx, listeners, tasks, stop, connections, tls: acceptors, persistence })
     }
 
     /// Re-reads every listener's TLS certificate and key (on SIGHUP). Established connections
@@ -243,7 +188,12 @@ impl Server {
 
     /// The broker core.
     pub fn broker(&self) -> &Arc<Broker> {
-        &self.broker
+        &self.ctx.broker
+    }
+
+    /// What every front end shares: the broker, the chain, the providers' services.
+    pub fn context(&self) -> &Arc<ServerContext> {
+        &self.ctx
     }
 
     /// Every bound listener.
@@ -262,11 +212,11 @@ impl Server {
         let _ = self.stop.send(true);
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         loop {
-            for session in self.broker.online_sessions() {
+            for session in self.ctx.broker.online_sessions() {
                 session.kick(Kick::ShuttingDown);
             }
-            let all_closed = self.connections.all_closed.notified();
-            if self.connections.open.load(Ordering::Acquire) == 0 {
+            let all_closed = self.connections.all_closed().notified();
+            if self.connections.open() == 0 {
                 break;
             }
             // Connections still in their handshake attach later: kick again shortly.
@@ -277,7 +227,7 @@ impl Server {
             }
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(
-                    open = self.connections.open.load(Ordering::Relaxed),
+                    open = self.connections.open(),
                     "shutdown: connections still open after the grace period"
                 );
                 break;
@@ -291,103 +241,6 @@ impl Server {
             let _ = tokio::task::spawn_blocking(move || writer.close()).await;
         }
         tracing::info!("stopped");
-    }
-}
-
-/// One listener's way of serving an accepted socket.
-struct Endpoint {
-    name: Arc<str>,
-    shared: Arc<mqtt::Shared>,
-    tls: Option<Arc<ReloadableAcceptor>>,
-    ws: Option<Arc<WsEndpoint>>,
-}
-
-/// A connection's whole life as one boxed future (TLS and WebSocket connections).
-type BoxedConnection = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-impl Endpoint {
-    /// The task that serves one accepted socket: the TLS handshake if the listener has TLS, then
-    /// MQTT or MQTT over WebSocket.
-    ///
-    /// An idle connection costs what this future holds, so it holds little: the plain MQTT path
-    /// boxes its handshake and its connection state separately (see `mqtt::serve`), and the TLS
-    /// and WebSocket paths live in their own box, allocated only for their connections.
-    /// `slot` is held until the connection ends (for a WebSocket, until the MQTT connection on
-    /// it ends, which outlives the HTTP exchange).
-    fn connection(
-        self: &Arc<Self>,
-        stream: TcpStream,
-        peer: SocketAddr,
-        slot: ConnectionSlot,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        match (&self.tls, &self.ws) {
-            (None, None) => {
-                let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.shared.clone());
-                Either::Left(async move {
-                    serve.await;
-                    drop(slot);
-                })
-            }
-            (None, Some(ws)) => {
-                let boxed: BoxedConnection = Box::pin(ws::serve_http(stream, peer, None, ws.clone(), slot));
-                Either::Right(boxed)
-            }
-            (Some(_), _) => {
-                let endpoint = self.clone();
-                let boxed: BoxedConnection =
-                    Box::pin(async move { endpoint.serve_tls(stream, peer, slot).await });
-                Either::Right(boxed)
-            }
-        }
-    }
-
-    async fn serve_tls(&self, stream: TcpStream, peer: SocketAddr, slot: ConnectionSlot) {
-        let Some(acceptor) = &self.tls else { return };
-        match acceptor.accept(stream, self.shared.settings.connect_timeout).await {
-            Ok((stream, info)) => {
-                tracing::debug!(listener = %self.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
-                match &self.ws {
-                    None => {
-                        mqtt::serve(stream, peer, self.name.clone(), Some(info), self.shared.clone()).await;
-                        drop(slot);
-                    }
-                    Some(ws) => ws::serve_http(stream, peer, Some(info), ws.clone(), slot).await,
-                }
-            }
-            Err(e) => tracing::info!(listener = %self.name, %peer, error = %e, "TLS handshake failed"),
-        }
-    }
-}
-
-async fn accept_loop(
-    socket: TcpListener,
-    endpoint: Arc<Endpoint>,
-    connections: Arc<Connections>,
-    max_connections: usize,
-    mut stop: watch::Receiver<bool>,
-) {
-    let name = endpoint.name.clone();
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.changed() => return,
-            r = socket.accept() => r,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                // Out of file descriptors and similar: back off instead of spinning.
-                tracing::warn!(listener = %name, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Some(slot) = connections.try_open(max_connections) else {
-            tracing::warn!(listener = %name, %peer, max_connections, "connection refused: max_connections reached");
-            continue;
-        };
-        Stats::add(&endpoint.shared.broker.stats().connections_total, 1);
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(endpoint.connection(stream, peer, slot));
     }
 }
 

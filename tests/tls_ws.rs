@@ -287,6 +287,10 @@ kind = "mqtt-ws"
 bind = "127.0.0.1:0"
 path = "/broker"
 tls = { cert = "{dir}/server.pem", key = "{dir}/server.key", client_ca = "{dir}/ca.pem", require_client_cert = true }
+[[listeners]]
+name = "http"
+kind = "http"
+bind = "127.0.0.1:0"
 "#;
 
 async fn ws_open<S>(stream: S, url: &str, subprotocol: Option<&str>) -> Result<WebSocketStream<S>, String>
@@ -445,4 +449,24 @@ async fn websocket_refusals_are_clean_http_answers() {
     ws.send(Message::Binary(connect_bytes(4, "fine", 0x02).into())).await.unwrap();
     let mut reader = WsReader { buf: BytesMut::new() };
     let _ = reader.packet(&mut ws).await;
+}
+
+/// The shared `http` listener carries MQTT over WebSocket at `/mqtt`, and answers 404 elsewhere.
+#[tokio::test]
+async fn the_http_listener_serves_mqtt_over_websocket_at_slash_mqtt() {
+    let f = Fixture::start(WS_LISTENERS, ANONYMOUS).await;
+    let addr = f.addr("http");
+    let mut sub = Raw::connected(f.addr("plain"), ProtocolVersion::V311, "tcp-sub").await;
+    sub.send(&common::packet(0x82, &[0, 1, 0, 1, b't', 0])).await;
+    assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut ws = ws_open(tcp, &format!("ws://{addr}/mqtt"), Some("mqtt")).await.expect("upgrade");
+    let mut reader = WsReader { buf: BytesMut::new() };
+    ws.send(Message::Binary(connect_bytes(4, "http-ws", 0x02).into())).await.unwrap();
+    assert!(
+        matches!(reader.packet(&mut ws).await, Some(Packet::ConnAck(c)) if c.reason_code == ReasonCode::Success)
+    );
+    ws.send(Message::Binary(common::packet(0x30, &[0, 1, b't', b'h', b'i']).into())).await.unwrap();
+    assert!(matches!(sub.recv().await, Some(Packet::Publish(p)) if &p.payload[..] == b"hi"));
+    assert!(http_status(addr, "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("404"));
 }

@@ -46,4 +46,4 @@ pub mod tokens;
 #[cfg(feature = "x509")]
 pub mod x509;
 
-pub use registry::{BuildContext, ConfigError, ProviderFactory, ProviderSpec, Registry};
+pub use registry::{BuildContext, ConfigError, ProviderFactory, ProviderSpec, Registry, Services};

@@ -10,7 +10,8 @@
 //! Errors name the table by its 1-based position in the chain and its type, e.g.
 //! `auth.providers[2] (type = "jwt"): unknown field `secrt`, expected one of ...`.
 
-use std::collections::BTreeMap;
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -202,8 +203,47 @@ pub struct BuildContext {
     /// The directory relative file names in provider settings are resolved against (the
     /// configuration file's directory).
     pub base_dir: PathBuf,
-    #[cfg(feature = "builtin")]
-    directory: Option<Arc<UserDirectory>>,
+    services: Services,
+}
+
+/// Services that providers share and that outlive the building of the chain — the builtin user
+/// directory today, a token key store or a session registry tomorrow — at most one per type.
+///
+/// A typed slot rather than a field per service, so that the chain builder stays ignorant of
+/// what providers share, and the broker can keep the very instances the providers use (the
+/// REST API changes users through the same directory that pushes changes to connections).
+#[derive(Clone, Default)]
+pub struct Services(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl Services {
+    /// The service of type `T`, if one was opened.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.get(&TypeId::of::<T>()).and_then(|s| Arc::clone(s).downcast::<T>().ok())
+    }
+
+    /// The service of type `T`, opened with `open` if there is none yet.
+    pub fn get_or_try_insert_with<T: Any + Send + Sync, E>(
+        &mut self,
+        open: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
+        if let Some(existing) = self.get::<T>() {
+            return Ok(existing);
+        }
+        let service = Arc::new(open()?);
+        self.0.insert(TypeId::of::<T>(), Arc::clone(&service) as Arc<dyn Any + Send + Sync>);
+        Ok(service)
+    }
+
+    /// Installs `service`, replacing one of the same type.
+    pub fn insert<T: Any + Send + Sync>(&mut self, service: Arc<T>) {
+        self.0.insert(TypeId::of::<T>(), service);
+    }
+}
+
+impl fmt::Debug for Services {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Services({} open)", self.0.len())
+    }
 }
 
 impl fmt::Debug for BuildContext {
@@ -222,8 +262,7 @@ impl BuildContext {
         BuildContext {
             storage_dir: storage_dir.into(),
             base_dir: PathBuf::from("."),
-            #[cfg(feature = "builtin")]
-            directory: None,
+            services: Services::default(),
         }
     }
 
@@ -243,12 +282,18 @@ impl BuildContext {
     /// live changes through the same updaters).
     #[cfg(feature = "builtin")]
     pub fn user_directory(&mut self) -> Result<Arc<UserDirectory>, StoreError> {
-        if let Some(directory) = &self.directory {
-            return Ok(Arc::clone(directory));
-        }
-        let directory = Arc::new(UserDirectory::open(&crate::builtin::config_db_path(&self.storage_dir))?);
-        self.directory = Some(Arc::clone(&directory));
-        Ok(directory)
+        let db = crate::builtin::config_db_path(&self.storage_dir);
+        self.services.get_or_try_insert_with(|| UserDirectory::open(&db))
+    }
+
+    /// The services opened so far (by providers while the chain was built).
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    /// The services, for whoever outlives the building: the server keeps them.
+    pub fn services_mut(&mut self) -> &mut Services {
+        &mut self.services
     }
 }
 

@@ -35,7 +35,7 @@ use mesgd_core::topic::{SubscriptionFilter, TopicName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::Shared;
+use crate::context::ServerContext;
 
 /// Stop reading and draining while this much output waits for the socket: a client that does
 /// not read cannot make the broker buffer without bound.
@@ -136,7 +136,7 @@ struct Held {
 /// A connected MQTT client.
 pub(crate) struct Connection<S> {
     stream: S,
-    shared: Arc<Shared>,
+    ctx: Arc<ServerContext>,
     version: ProtocolVersion,
     session: Arc<Session>,
     generation: u64,
@@ -182,7 +182,7 @@ fn is_broker_topic(topic: &TopicName) -> bool {
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     pub(crate) fn new(
         stream: S,
-        shared: Arc<Shared>,
+        ctx: Arc<ServerContext>,
         a: Accepted,
         inbuf: BytesMut,
         connack: &Packet,
@@ -193,7 +193,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 live
             })
         });
-        let window = usize::from(a.client_receive_maximum.min(shared.settings.max_inflight));
+        let window = usize::from(a.client_receive_maximum.min(ctx.mqtt.max_inflight));
         let mut c = Connection {
             stream,
             version: a.version,
@@ -219,9 +219,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             inbuf,
             outbuf: BytesMut::new(),
             held: None,
-            journal: shared.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
+            journal: ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
             scratch: Vec::new(),
-            shared,
+            ctx,
         };
         c.write_packet(connack);
         // A resumed session first resends what was in flight, in the original order.
@@ -277,7 +277,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         let will = will.filter(|w| {
             let reserved = is_broker_topic(&w.message.topic);
             if reserved {
-                Stats::add(&self.shared.broker.stats().publishes_denied, 1);
+                Stats::add(&self.ctx.broker.stats().publishes_denied, 1);
                 tracing::info!(topic = w.message.topic.as_str(), "will not published: $SYS is the broker's");
             }
             !reserved
@@ -288,7 +288,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             delay: w.delay,
             acl: self.acl.clone(),
         });
-        let broker = &self.shared.broker;
+        let broker = &self.ctx.broker;
         broker.connection_closed(&self.session, self.generation, will, Instant::now());
         broker.stats().clients_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if end.server_reason().is_some() {
@@ -387,7 +387,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 Poll::Pending => break,
                 Poll::Ready(Ok(0)) => return Err(End::Closed),
                 Poll::Ready(Ok(n)) => {
-                    Stats::add(&self.shared.broker.stats().bytes_received, n as u64);
+                    Stats::add(&self.ctx.broker.stats().bytes_received, n as u64);
                     self.last_received = self.now;
                     progress = true;
                     self.handle_input()?;
@@ -406,7 +406,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             match Pin::new(&mut self.stream).poll_write(cx, &self.outbuf) {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
-                    Stats::add(&self.shared.broker.stats().bytes_sent, n as u64);
+                    Stats::add(&self.ctx.broker.stats().bytes_sent, n as u64);
                     self.outbuf.advance(n);
                 }
                 Poll::Ready(Err(e)) => return Err(e),
@@ -432,7 +432,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             self.session.drain(self.generation, self.window, DRAIN_BATCH, now, cx.waker(), &mut batch);
         self.hold_until(stats.gate);
         if stats.expired > 0 {
-            Stats::add(&self.shared.broker.stats().messages_dropped, stats.expired as u64);
+            Stats::add(&self.ctx.broker.stats().messages_dropped, stats.expired as u64);
         }
         for o in batch.drain(..) {
             self.write_outgoing(o, now);
@@ -640,7 +640,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if let Some(id) = packet_id {
                 self.session.discard_inflight(id);
             }
-            Stats::add(&self.shared.broker.stats().messages_dropped, 1);
+            Stats::add(&self.ctx.broker.stats().messages_dropped, 1);
             tracing::debug!(
                 size,
                 max = self.client_maximum_packet_size,
@@ -648,7 +648,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             );
             return false;
         }
-        Stats::add(&self.shared.broker.stats().messages_sent, 1);
+        Stats::add(&self.ctx.broker.stats().messages_sent, 1);
         true
     }
 
@@ -657,8 +657,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     fn handle_input(&mut self) -> Result<(), End> {
         loop {
             let packet =
-                match mqtt::decode(&mut self.inbuf, Some(self.version), self.shared.settings.max_packet_size)
-                {
+                match mqtt::decode(&mut self.inbuf, Some(self.version), self.ctx.mqtt.max_packet_size) {
                     Ok(Some(p)) => p,
                     Ok(None) => return Ok(()),
                     Err(e) => return Err(End::protocol(e.reason_code(), e.to_string())),
@@ -729,7 +728,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     "session expiry set on DISCONNECT after 0 at CONNECT",
                 ));
             }
-            let granted = interval.min(self.shared.settings.max_session_expiry);
+            let granted = interval.min(self.ctx.mqtt.max_session_expiry);
             self.session.set_expiry(match granted {
                 0 => SessionExpiry::OnDisconnect,
                 u32::MAX => SessionExpiry::Never,
@@ -741,7 +740,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     /// Resolves an MQTT 5 topic alias and validates the topic name.
     fn resolve_topic(&mut self, topic: &Arc<str>, alias: Option<u16>) -> Result<TopicName, End> {
-        let settings = &self.shared.settings;
+        let settings = &self.ctx.mqtt;
         let name = match alias {
             Some(0) => return Err(End::protocol(ReasonCode::TopicAliasInvalid, "topic alias 0")),
             Some(a) if a > settings.max_topic_alias => {
@@ -773,7 +772,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     }
 
     fn on_publish(&mut self, p: Publish) -> Result<(), End> {
-        let settings = &self.shared.settings;
+        let settings = &self.ctx.mqtt;
         let v5 = is_v5(self.version);
         if p.qos > settings.max_qos {
             return Err(End::protocol(
@@ -810,7 +809,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             }
             reason = ReasonCode::PayloadFormatInvalid;
         } else if is_broker_topic(&topic) || !self.acl.allows(Access::Write, &topic) {
-            Stats::add(&self.shared.broker.stats().publishes_denied, 1);
+            Stats::add(&self.ctx.broker.stats().publishes_denied, 1);
             tracing::debug!(topic = topic.as_str(), "publish denied by ACL");
             // MQTT 5 is told; 3.x is silently dropped, but the flow completes so it is not stuck.
             reason = if v5 { ReasonCode::NotAuthorized } else { ReasonCode::Success };
@@ -824,12 +823,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         }
         if reason == ReasonCode::Success {
             // The packet id and the copies routing queues go to disk together (see `Atomic`).
-            let broker = self.shared.broker.clone();
+            let broker = self.ctx.broker.clone();
             let _atomic = (p.qos == QoS::ExactlyOnce).then(|| Atomic::begin(broker.journal()));
             let first_time = p.qos != QoS::ExactlyOnce
                 || self.accept_qos2(packet_id, digest(topic.as_str(), &p.payload), p.dup)?;
             if first_time {
-                Stats::add(&self.shared.broker.stats().messages_received, 1);
+                Stats::add(&self.ctx.broker.stats().messages_received, 1);
                 let mut message = Message::new(
                     topic,
                     p.payload,
@@ -841,7 +840,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     message.properties = MessageProperties::from_publish(&p.properties);
                     message = message.with_expiry_interval(p.properties.message_expiry_interval, self.now);
                 }
-                let routed = self.shared.broker.publish(message);
+                let routed = self.ctx.broker.publish(message);
                 self.hold_until(routed.durable_seq);
                 self.routed |= routed.delivered > 0;
                 if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
@@ -858,7 +857,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     /// ([MQTT-3.3.4-8]: 0x93 otherwise); MQTT 3.x has no such limit, so a 3.x client is never
     /// disconnected for it — only its packet ids, at most 65,535, are kept per message.
     fn accept_qos2(&mut self, packet_id: u16, digest: u64, dup: bool) -> Result<bool, End> {
-        let window = usize::from(self.shared.settings.max_inflight);
+        let window = usize::from(self.ctx.mqtt.max_inflight);
         let enforced = is_v5(self.version).then_some(window);
         match self.session.incoming_qos2(packet_id, digest, dup, enforced) {
             IncomingQos2::Duplicate => Ok(false),
@@ -908,7 +907,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
 
     fn on_subscribe(&mut self, s: Subscribe) -> Result<(), End> {
         let v5 = is_v5(self.version);
-        let settings = self.shared.settings.clone();
+        let settings = self.ctx.mqtt.clone();
         if s.properties.subscription_identifier.is_some() && !settings.subscription_identifiers {
             return Err(End::protocol(
                 ReasonCode::SubscriptionIdentifiersNotSupported,
@@ -949,7 +948,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     retain_handling: options.retain_handling,
                     subscription_id: s.properties.subscription_identifier,
                 };
-                self.shared.broker.subscribe(&self.session, filter, subscribe_options, now);
+                self.ctx.broker.subscribe(&self.session, filter, subscribe_options, now);
                 granted_code(qos)
             };
             codes.push(code);
@@ -967,7 +966,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             .filters
             .iter()
             .map(|text| {
-                if self.shared.broker.unsubscribe(&self.session, text) {
+                if self.ctx.broker.unsubscribe(&self.session, text) {
                     ReasonCode::Success
                 } else {
                     ReasonCode::NoSubscriptionExisted

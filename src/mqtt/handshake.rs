@@ -17,8 +17,8 @@ use mesgd_core::session::{Kick, SessionExpiry};
 use mesgd_core::topic::TopicName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::Shared;
 use super::connection::{Connection, PendingWill};
+use crate::context::ServerContext;
 
 /// How long a taken-over connection gets to close before the new one proceeds anyway.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
@@ -97,9 +97,9 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     peer: SocketAddr,
     listener: Arc<str>,
     tls: Option<TlsInfo>,
-    shared: Arc<Shared>,
+    ctx: Arc<ServerContext>,
 ) -> Result<Box<Connection<S>>, Refused> {
-    let settings = &shared.settings;
+    let settings = &ctx.mqtt;
     let mut inbuf = BytesMut::new();
     let connect = match tokio::time::timeout(
         settings.connect_timeout,
@@ -228,18 +228,18 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         .with_password(connect.password.as_ref().map(|p| Secret::new(p.to_vec())))
         .with_peer_addr(Some(peer))
         .with_tls(tls);
-    let throttle_delay = shared.login_guard.delay_for(peer.ip(), info.username.as_deref());
+    let throttle_delay = ctx.login_guard.delay_for(peer.ip(), info.username.as_deref());
     if !throttle_delay.is_zero() {
         tokio::time::sleep(throttle_delay).await;
     }
-    let identity = match shared.chain.authenticate(&info).await {
+    let identity = match ctx.chain.authenticate(&info).await {
         Verdict::Allowed(identity) => {
-            shared.login_guard.succeeded(peer.ip(), info.username.as_deref());
+            ctx.login_guard.succeeded(peer.ip(), info.username.as_deref());
             identity
         }
         Verdict::Denied(denial) => {
-            Stats::add(&shared.broker.stats().auth_failures, 1);
-            shared.login_guard.failed(peer.ip(), info.username.as_deref());
+            Stats::add(&ctx.broker.stats().auth_failures, 1);
+            ctx.login_guard.failed(peer.ip(), info.username.as_deref());
             tracing::info!(username = ?info.username, reason = %denial.message, "authentication failed");
             let code = match denial.reason {
                 DenyReason::BadCredentials => ReasonCode::BadUserNameOrPassword,
@@ -278,7 +278,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     };
 
     // Take over an existing connection of the same client id, then open the session.
-    let broker = &shared.broker;
+    let broker = &ctx.broker;
     let client_lock = broker.lock_client(&client_id).await;
     if let Some(old) = broker.session(&client_id) {
         if old.is_online() {
@@ -326,7 +326,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     );
     Ok(Box::new(Connection::new(
         stream,
-        shared.clone(),
+        ctx.clone(),
         super::connection::Accepted {
             version,
             session: opened.session,

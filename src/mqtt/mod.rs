@@ -1,27 +1,29 @@
-//! The MQTT front end: the handshake and the per-connection task, over any byte stream
-//! (plain TCP today; TLS and WebSocket streams plug in the same way).
+//! The MQTT front end: the handshake and the per-connection task, over any byte stream — plain
+//! TCP, TLS, and WebSocket binary frames seen as a stream.
 //!
 //! # Layout
 //!
 //! - [`handshake`]: CONNECT → validation → authenticator chain → session takeover/resume →
 //!   CONNACK.
 //! - [`connection`]: the connected client's poll loop and packet handlers.
+//! - [`ws`]: MQTT over WebSocket — the HTTP route (subprotocol `mqtt`) and binary frames as a
+//!   byte stream.
 
 mod connection;
 mod handshake;
+pub(crate) mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesgd_core::auth::{Chain, TlsInfo};
-use mesgd_core::broker::Broker;
+use mesgd_core::auth::TlsInfo;
 use mesgd_core::mqtt::QoS;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::login_guard::LoginGuard;
+use crate::context::ServerContext;
 
 /// Protocol settings derived from the configuration, shared by every connection.
 #[derive(Clone, Debug)]
@@ -60,15 +62,6 @@ impl Settings {
     }
 }
 
-/// What every MQTT connection shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) broker: Arc<Broker>,
-    pub(crate) chain: Chain,
-    pub(crate) settings: Settings,
-    pub(crate) login_guard: LoginGuard,
-}
-
 /// Serves one MQTT connection on `stream` until it ends.
 ///
 /// The returned future is what an idle connection costs in memory, so it is built to hold
@@ -79,17 +72,17 @@ pub(crate) fn serve<S>(
     peer: SocketAddr,
     listener: Arc<str>,
     tls: Option<TlsInfo>,
-    shared: Arc<Shared>,
+    ctx: Arc<ServerContext>,
 ) -> impl std::future::Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let span = tracing::info_span!("mqtt", %peer, listener = %listener, client_id = tracing::field::Empty);
-    let handshake = Box::pin(handshake::handshake(stream, peer, listener, tls, shared.clone()));
+    let handshake = Box::pin(handshake::handshake(stream, peer, listener, tls, ctx.clone()));
     async move {
         match handshake.await {
             Ok(connection) => {
-                shared.broker.stats().clients_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ctx.broker.stats().clients_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 connection.run().await;
             }
             Err(handshake::Refused::Silent(why)) => tracing::debug!(why, "connection closed before CONNECT"),

@@ -1,0 +1,80 @@
+//! The HTTP stack: hyper serves each accepted connection (plain or TLS) and an axum router
+//! answers its requests. Every HTTP-based front end is a set of routes here, so they share one
+//! listener (`kind = "http"`), one header timeout and one WebSocket upgrade.
+//!
+//! # Layout
+//!
+//! - [`ws`]: the generic WebSocket upgrade every WebSocket front end calls.
+//!
+//! The routes themselves live with their front ends (`crate::mqtt::ws` for MQTT over
+//! WebSocket); [`router`] assembles them per listener kind.
+
+pub(crate) mod ws;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::any;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use mesgd_core::auth::TlsInfo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::config::{ListenerConfig, ListenerKind};
+use crate::context::ServerContext;
+use crate::listener::ConnectionSlot;
+
+/// The HTTP path of MQTT over WebSocket on an `http` listener.
+pub(crate) const MQTT_PATH: &str = "/mqtt";
+
+/// What a route knows of the connection its request came on (a request extension).
+#[derive(Clone, Debug)]
+pub(crate) struct HttpConnection {
+    pub(crate) peer: SocketAddr,
+    pub(crate) listener: Arc<str>,
+    pub(crate) tls: Option<TlsInfo>,
+    /// The listener's connection slot: a WebSocket that outlives the HTTP exchange keeps it.
+    pub(crate) slot: Arc<ConnectionSlot>,
+}
+
+/// The routes of one listener: `mqtt-ws` answers MQTT over WebSocket on its `path`; `http`
+/// carries MQTT over WebSocket at [`MQTT_PATH`] (and, as they are built, the content-routing
+/// WebSockets, the REST API, the console, `/auth` and `/metrics`).
+pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Router {
+    let routes = match listener.kind {
+        ListenerKind::MqttWs => Router::new().route(listener.ws_path(), any(crate::mqtt::ws::route)),
+        ListenerKind::Http => Router::new().route(MQTT_PATH, any(crate::mqtt::ws::route)),
+        ListenerKind::Mqtt => Router::new(),
+    };
+    routes.fallback(not_found).with_state(ctx.clone())
+}
+
+async fn not_found(req: axum::extract::Request) -> axum::response::Response {
+    let listener = req.extensions().get::<HttpConnection>().map(|c| c.listener.clone());
+    tracing::info!(?listener, path = req.uri().path(), "HTTP request for an unknown path");
+    ws::text(StatusCode::NOT_FOUND, "not found\n")
+}
+
+/// Serves HTTP/1.1 on one connection until the client closes it (or upgrades it and the
+/// WebSocket connection ends, for the slot it holds).
+pub(crate) async fn serve<S>(io: S, connection: HttpConnection, router: Router, ctx: &ServerContext)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = connection.peer;
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(connection.clone());
+        tower::ServiceExt::oneshot(router.clone(), req)
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Some(ctx.connect_timeout))
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+    }
+}

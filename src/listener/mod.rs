@@ -1,0 +1,188 @@
+//! Listeners: binding each `[[listeners]]` table, accepting connections, and handing each one
+//! to its front end by the listener's kind — after the TLS handshake where the listener has TLS.
+//!
+//! # Layout
+//!
+//! - [`slots`]: the count of open connections (`limits.max_connections`, shutdown).
+//!
+//! Every kind today is stream-based (TCP, optionally TLS); [`Transport`] is where datagram
+//! listeners (UDP) branch off: they have no accept loop and no per-connection task.
+
+pub(crate) mod slots;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::Either;
+use mesgd_core::auth::TlsInfo;
+use mesgd_core::broker::Stats;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+pub(crate) use self::slots::{ConnectionSlot, Connections};
+use crate::config::{ListenerConfig, ListenerKind};
+use crate::context::ServerContext;
+use crate::http::{self, HttpConnection};
+use crate::mqtt;
+use crate::tls::ReloadableAcceptor;
+
+/// How a listener's kind carries bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// A connection per client: TCP, with TLS when configured.
+    Stream,
+}
+
+impl ListenerKind {
+    /// How this kind carries bytes.
+    pub(crate) fn transport(self) -> Transport {
+        match self {
+            ListenerKind::Mqtt | ListenerKind::MqttWs | ListenerKind::Http => Transport::Stream,
+        }
+    }
+}
+
+/// One listener's way of serving an accepted socket.
+pub(crate) struct Endpoint {
+    name: Arc<str>,
+    kind: ListenerKind,
+    ctx: Arc<ServerContext>,
+    tls: Option<Arc<ReloadableAcceptor>>,
+    /// The routes of an HTTP-based listener.
+    router: Option<axum::Router>,
+}
+
+/// A connection's whole life as one boxed future (TLS and HTTP connections).
+type BoxedConnection = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl Endpoint {
+    pub(crate) fn new(
+        name: Arc<str>,
+        config: &ListenerConfig,
+        ctx: Arc<ServerContext>,
+        tls: Option<Arc<ReloadableAcceptor>>,
+    ) -> Self {
+        let router = matches!(config.kind, ListenerKind::MqttWs | ListenerKind::Http)
+            .then(|| http::router(&ctx, config));
+        Endpoint { name, kind: config.kind, ctx, tls, router }
+    }
+
+    /// The task that serves one accepted socket: the TLS handshake if the listener has TLS, then
+    /// the front end of the listener's kind.
+    ///
+    /// An idle connection costs what this future holds, so it holds little: the plain MQTT path
+    /// boxes its handshake and its connection state separately (see `mqtt::serve`), and the TLS
+    /// and HTTP paths live in their own box, allocated only for their connections. `slot` is
+    /// held until the connection ends (for a WebSocket, until the connection on it ends, which
+    /// outlives the HTTP exchange).
+    fn connection(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: ConnectionSlot,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        if self.tls.is_none() && self.kind == ListenerKind::Mqtt {
+            let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone());
+            return Either::Left(async move {
+                serve.await;
+                drop(slot);
+            });
+        }
+        let endpoint = self.clone();
+        let boxed: BoxedConnection = Box::pin(async move {
+            match &endpoint.tls {
+                None => endpoint.serve_stream(stream, peer, None, slot).await,
+                Some(acceptor) => match acceptor.accept(stream, endpoint.ctx.connect_timeout).await {
+                    Ok((stream, info)) => {
+                        tracing::debug!(listener = %endpoint.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
+                        endpoint.serve_stream(stream, peer, Some(info), slot).await;
+                    }
+                    Err(e) => {
+                        tracing::info!(listener = %endpoint.name, %peer, error = %e, "TLS handshake failed")
+                    }
+                },
+            }
+        });
+        Either::Right(boxed)
+    }
+
+    /// Serves a (decrypted) byte stream with the front end of this listener's kind.
+    async fn serve_stream<S>(&self, stream: S, peer: SocketAddr, tls: Option<TlsInfo>, slot: ConnectionSlot)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        match &self.router {
+            Some(router) => {
+                let connection =
+                    HttpConnection { peer, listener: self.name.clone(), tls, slot: Arc::new(slot) };
+                http::serve(stream, connection, router.clone(), &self.ctx).await;
+            }
+            None => {
+                mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone()).await;
+                drop(slot);
+            }
+        }
+    }
+}
+
+/// A bound listener and the task that serves it.
+pub(crate) struct Running {
+    /// The address it is bound to (the real port when the config said 0).
+    pub(crate) addr: SocketAddr,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+}
+
+/// Binds `bind` as the endpoint's kind needs and starts serving it until `stop` changes.
+pub(crate) async fn start(
+    bind: SocketAddr,
+    endpoint: Arc<Endpoint>,
+    connections: Arc<Connections>,
+    max_connections: usize,
+    stop: &watch::Receiver<bool>,
+) -> std::io::Result<Running> {
+    match endpoint.kind.transport() {
+        Transport::Stream => {
+            let socket = TcpListener::bind(bind).await?;
+            let addr = socket.local_addr()?;
+            let task =
+                tokio::spawn(accept_loop(socket, endpoint, connections, max_connections, stop.clone()));
+            Ok(Running { addr, task })
+        }
+    }
+}
+
+/// Accepts connections on `socket` until `stop` changes, within `max_connections` open
+/// connections across every listener.
+async fn accept_loop(
+    socket: TcpListener,
+    endpoint: Arc<Endpoint>,
+    connections: Arc<Connections>,
+    max_connections: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let name = endpoint.name.clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => return,
+            r = socket.accept() => r,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and similar: back off instead of spinning.
+                tracing::warn!(listener = %name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(slot) = connections.try_open(max_connections) else {
+            tracing::warn!(listener = %name, %peer, max_connections, "connection refused: max_connections reached");
+            continue;
+        };
+        Stats::add(&endpoint.ctx.broker.stats().connections_total, 1);
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(endpoint.connection(stream, peer, slot));
+    }
+}
