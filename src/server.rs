@@ -6,14 +6,15 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use mesgd_core::auth::Chain;
 use mesgd_core::broker::{Broker, BrokerLimits, Stats};
-use mesgd_core::message::{Message, Origin};
+use mesgd_core::model::Kick;
+use mesgd_core::model::{Message, Origin};
 use mesgd_core::mqtt::QoS;
-use mesgd_core::session::{Kick, QueueLimits};
+use mesgd_core::session::QueueLimits;
 use mesgd_core::topic::TopicName;
 use mesgd_providers::Services;
 use tokio::sync::watch;
@@ -108,13 +109,15 @@ impl Server {
         }
         let (chain, services) = build_chain(&config)?;
         let l = &config.limits;
-        let broker = Arc::new(Broker::new(BrokerLimits {
+        let limits = BrokerLimits {
             queue: QueueLimits {
                 max_messages: l.max_queued_messages,
                 max_bytes: l.max_queued_bytes,
                 queue_qos0_offline: l.queue_qos0_offline,
             },
-        }));
+        };
+        // The two clocks, read once: the broker derives wall times from the instants it is given.
+        let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
         let persistence = persist::open(
             &config.storage_dir(),
             config.storage.durability,

@@ -65,7 +65,10 @@ async fn a_refused_subscription_is_not_added_and_receives_nothing() {
         assert_eq!(reader.subscribe("secret/#").await, proto.sub_refused());
         assert_eq!(reader.subscribe("secret/x").await, proto.sub_refused());
         reader.subscribe_ok("public/#").await;
-        let session = server.broker().session(&format!("reader-{proto:?}")).expect("session");
+        let session = server
+            .broker()
+            .session(&mesgd_core::model::SessionKey::mqtt(format!("reader-{proto:?}")))
+            .expect("session");
         assert_eq!(session.subscription_count(), 1, "only the granted filter was added");
 
         let mut publisher = anonymous(proto, &server, "pub").connect().await;
@@ -235,7 +238,7 @@ async fn a_shared_group_message_goes_to_a_member_that_may_read_it() {
 /// with it, after its will was published or refused).
 async fn session_gone(server: &TestServer, client_id: &str) {
     common::within("the session to end", async {
-        while server.broker().session(client_id).is_some() {
+        while server.broker().session(&mesgd_core::model::SessionKey::mqtt(client_id)).is_some() {
             tokio::task::yield_now().await;
         }
     })
@@ -441,7 +444,10 @@ async fn messages_queued_offline_are_checked_against_the_rules_of_the_resuming_c
         first.subscribe_ok("news/#").await;
         first.subscribe_ok("ctl/#").await;
         first.kill();
-        let session = server.broker().session(&client_id).expect("persistent session");
+        let session = server
+            .broker()
+            .session(&mesgd_core::model::SessionKey::mqtt(client_id.as_str()))
+            .expect("persistent session");
         common::within("the session to go offline", session.wait_detached()).await;
 
         let mut publisher = anonymous(proto, &server, "offline-pub").connect().await;

@@ -286,7 +286,7 @@ async fn unacknowledged_messages_are_resent_with_dup_on_reconnect() {
     }
     // Acknowledge nothing; the connection drops.
     drop(sub);
-    let session = server.broker().session("durable").unwrap();
+    let session = server.broker().session(&mesgd_core::model::SessionKey::mqtt("durable")).unwrap();
     common::within("the session to go offline", async {
         while session.is_online() {
             tokio::task::yield_now().await;
@@ -341,7 +341,7 @@ async fn a_client_that_stops_reading_is_bounded_and_nobody_else_notices() {
             got += 1;
         }
     }
-    let session = server.broker().session("slow").unwrap();
+    let session = server.broker().session(&mesgd_core::model::SessionKey::mqtt("slow")).unwrap();
     assert!(session.queue_len() <= 100, "queue bounded: {}", session.queue_len());
     assert!(session.inflight_len() <= 10);
     assert!(session.dropped() > 0, "overflow was counted");
@@ -372,7 +372,7 @@ async fn takeover_race_leaves_exactly_one_connection() {
         }
     }
     assert_eq!(survivors, 1, "exactly one connection owns the session");
-    let session = server.broker().session("contested").unwrap();
+    let session = server.broker().session(&mesgd_core::model::SessionKey::mqtt("contested")).unwrap();
     assert!(session.is_online());
 }
 

@@ -92,7 +92,8 @@ async fn persistent_session_keeps_subscriptions_and_queues_while_offline() {
         publisher.client.publish("q/x", QoS::AtLeastOnce, false, vec![i]).await.unwrap();
     }
     // Wait until all three are queued for the offline session.
-    let session = server.broker().session("durable").expect("session kept");
+    let session =
+        server.broker().session(&mesgd_core::model::SessionKey::mqtt("durable")).expect("session kept");
     common::within("queued messages", async {
         while session.queue_len() < 3 {
             tokio::task::yield_now().await;
@@ -121,7 +122,10 @@ async fn clean_session_discards_the_old_session() {
     assert!(!connack.session_present);
     assert_eq!(server.broker().router().len(), 0);
     c.disconnect().await;
-    assert!(server.broker().session("c").is_none(), "a clean session ends with its connection");
+    assert!(
+        server.broker().session(&mesgd_core::model::SessionKey::mqtt("c")).is_none(),
+        "a clean session ends with its connection"
+    );
 }
 
 #[tokio::test]

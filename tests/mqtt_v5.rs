@@ -85,7 +85,7 @@ async fn topics_until(sub: &mut v5::Client, marker: &str) -> Vec<String> {
 /// Waits until `client_id`'s connection has been detached from its session (or the session is
 /// gone), so that what follows happens with the client offline.
 async fn wait_offline(server: &TestServer, client_id: &str) {
-    if let Some(session) = server.broker().session(client_id) {
+    if let Some(session) = server.broker().session(&mesgd_core::model::SessionKey::mqtt(client_id)) {
         common::within("the session to go offline", session.wait_detached()).await;
     }
 }
@@ -227,7 +227,10 @@ async fn connack_advertises_limits_features_and_what_the_server_chose() {
     assert_eq!(p.session_expiry_interval, Some(100), "asked for 1000, capped at max_session_expiry");
     let id = p.assigned_client_identifier.expect("an assigned client identifier for an empty id");
     assert!(id.starts_with("mesgd-") && id.len() == "mesgd-".len() + 16, "{id}");
-    assert!(server.broker().session(&id).is_some(), "the session lives under the assigned id");
+    assert!(
+        server.broker().session(&mesgd_core::model::SessionKey::mqtt(id.as_str())).is_some(),
+        "the session lives under the assigned id"
+    );
     // Maximum QoS 1 is what a QoS 2 subscription is granted.
     let ack = c.subscribe("anything", QoS::ExactlyOnce).await;
     assert_eq!(ack.return_codes, [SubscribeReasonCode::Success(QoS::AtLeastOnce)]);
@@ -421,7 +424,10 @@ async fn queued_message_expires_offline_and_the_remaining_lifetime_is_sent() {
     publish_acked_with(&mut publisher, "q/short", false, "1", expiring(1)).await;
     publish_acked_with(&mut publisher, "q/long", false, "2", expiring(60)).await;
     publish_acked(&mut publisher, "q/forever", false, "3").await;
-    let session = server.broker().session("exp-offline").expect("persistent session");
+    let session = server
+        .broker()
+        .session(&mesgd_core::model::SessionKey::mqtt("exp-offline"))
+        .expect("persistent session");
     assert_eq!(session.queue_len(), 3, "all three are queued while the client is away");
 
     tokio::time::sleep_until((published + Duration::from_millis(1100)).into()).await;
@@ -470,7 +476,10 @@ async fn session_expiry_interval_decides_how_long_a_session_outlives_its_connect
     let (_c, connack) = v5::connect(brief).await;
     assert!(!connack.session_present, "the 1 s session expired");
     assert_eq!(
-        server.broker().session("brief").map(|s| s.subscription_count()),
+        server
+            .broker()
+            .session(&mesgd_core::model::SessionKey::mqtt("brief"))
+            .map(|s| s.subscription_count()),
         Some(0),
         "a fresh session without the old subscription"
     );
@@ -747,7 +756,7 @@ async fn connect_with_an_authentication_method_is_refused_with_0x8c() {
     o.set_authentication_method(Some("SCRAM-SHA-256".into()));
     let error = v5::connect_err(o).await;
     assert!(error.contains("ConnectionRefused(BadAuthenticationMethod)"), "{error}");
-    assert!(server.broker().session("scram").is_none());
+    assert!(server.broker().session(&mesgd_core::model::SessionKey::mqtt("scram")).is_none());
 }
 
 // ---------------------------------------------------------------- 13. client's maximum packet size
@@ -765,7 +774,7 @@ async fn messages_larger_than_the_clients_maximum_packet_size_are_not_sent() {
     publisher.client.publish("mps/small", QoS::AtMostOnce, false, "fits").await.unwrap();
     let p = sub.next_publish().await;
     assert_eq!((topic(&p), &p.payload[..]), ("mps/small", &b"fits"[..]));
-    let session = server.broker().session("small").expect("session");
+    let session = server.broker().session(&mesgd_core::model::SessionKey::mqtt("small")).expect("session");
     assert_eq!(session.inflight_len(), 0, "the dropped QoS 1 message is not left in flight");
 }
 
@@ -819,7 +828,10 @@ async fn shared_subscription_round_robins_and_hands_unacknowledged_messages_on()
     assert_eq!(turns, [vec![0, 2], vec![1, 3]], "members take turns");
 
     // "a" acknowledged nothing; when it leaves, its two messages go to "b".
-    assert_eq!(server.broker().session("member-a").map(|s| s.inflight_len()), Some(2));
+    assert_eq!(
+        server.broker().session(&mesgd_core::model::SessionKey::mqtt("member-a")).map(|s| s.inflight_len()),
+        Some(2)
+    );
     a.disconnect().await;
     let mut handed_on = vec![b.next_publish().await.payload[0], b.next_publish().await.payload[0]];
     handed_on.sort();

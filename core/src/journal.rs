@@ -17,9 +17,7 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::SystemTime;
 
-use crate::broker::Will;
-use crate::message::Message;
-use crate::session::{Delivery, SessionExpiry, SubscribeOptions};
+use crate::model::{Delivery, Message, SessionExpiry, SubscribeOptions, Will};
 use crate::topic::TopicName;
 
 /// One change to durable state.
@@ -110,7 +108,7 @@ pub enum Change {
         client_id: Arc<str>,
         /// The packet id.
         packet_id: u16,
-        /// The message's [`crate::message::digest`] while the id awaits PUBREL.
+        /// The message's [`crate::model::digest`] while the id awaits PUBREL.
         digest: Option<u64>,
     },
     /// The retained message of `topic` was set (`Some`) or deleted (`None`).
@@ -158,6 +156,78 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// Closes the group [`Journal::begin_atomic`] opened.
     fn end_atomic(&self, token: u64) {
         let _ = token;
+    }
+
+    /// Whether the journal can take more changes now. When the changes waiting for the disk
+    /// pass a bound (a slow or failing disk), front ends stop reading from clients — the
+    /// changes themselves can never be dropped, they are promises — and `waker` is woken once
+    /// the backlog is below the bound again.
+    fn poll_room(&self, waker: &Waker) -> bool {
+        let _ = waker;
+        true
+    }
+}
+
+/// A consumer of the change feed other than the journal that makes it durable: a cluster
+/// layer replicating sessions, a metrics exporter.
+pub trait Feed: Send + Sync + fmt::Debug {
+    /// Called with every change, in order, right after the primary journal recorded it as
+    /// `seq`. Must not block: it runs with session locks held.
+    fn changed(&self, seq: u64, change: &Change);
+}
+
+/// A journal that records into a primary journal (whose sequence numbers and durability count)
+/// and hands every change to further feeds.
+#[derive(Debug)]
+pub struct Tee {
+    primary: Arc<dyn Journal>,
+    feeds: Vec<Arc<dyn Feed>>,
+}
+
+impl Tee {
+    /// A tee over `primary` with no feed yet.
+    pub fn new(primary: Arc<dyn Journal>) -> Self {
+        Tee { primary, feeds: Vec::new() }
+    }
+
+    /// Adds a feed.
+    pub fn with_feed(mut self, feed: Arc<dyn Feed>) -> Self {
+        self.feeds.push(feed);
+        self
+    }
+}
+
+impl Journal for Tee {
+    fn record(&self, change: Change) -> u64 {
+        if self.feeds.is_empty() {
+            return self.primary.record(change);
+        }
+        let copy = change.clone();
+        let seq = self.primary.record(change);
+        for feed in &self.feeds {
+            feed.changed(seq, &copy);
+        }
+        seq
+    }
+
+    fn acks_wait_for_disk(&self) -> bool {
+        self.primary.acks_wait_for_disk()
+    }
+
+    fn poll_durable(&self, seq: u64, waker: &Waker) -> bool {
+        self.primary.poll_durable(seq, waker)
+    }
+
+    fn begin_atomic(&self) -> u64 {
+        self.primary.begin_atomic()
+    }
+
+    fn end_atomic(&self, token: u64) {
+        self.primary.end_atomic(token);
+    }
+
+    fn poll_room(&self, waker: &Waker) -> bool {
+        self.primary.poll_room(waker)
     }
 }
 

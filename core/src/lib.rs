@@ -15,9 +15,12 @@
 //!   [`auth::Authenticator`] trait with its three-way [`auth::Outcome`], and the ordered
 //!   [`auth::Chain`] of providers.
 //! - [`mqtt`]: the sans-I/O MQTT 3.1 / 3.1.1 / 5.0 codec (`decode` / `encode`).
-//! - [`message`]: the protocol-neutral [`message::Message`] shared by every subscriber.
-//! - [`session`]: [`session::Session`] — subscriptions, the outbound queue and in-flight
-//!   window, QoS 2 state, the receiver ACL; woken connections drain it.
+//! - [`model`]: the leaf model every layer shares — [`model::Message`], [`model::QoS`],
+//!   subscribe options, [`model::Delivery`], [`model::Will`], [`model::SessionKey`],
+//!   [`model::SessionExpiry`], [`model::Kick`].
+//! - [`session`]: [`session::Session`] — subscriptions, the receiver ACL, the protocol-neutral
+//!   mailbox, and MQTT's delivery state (in-flight window, inbound QoS 2); woken connections
+//!   drain it.
 //! - [`router`]: the sharded subscription index and the fan-out of one publish.
 //! - [`retained`]: the retained-message store.
 //! - [`journal`]: the [`journal::Change`]s to durable state the core records for a persistence
@@ -25,18 +28,21 @@
 //! - [`content`]: content-based routing — listener paths on JSON messages, the validating
 //!   top-level scanner, the lock-free indexed [`content::Matcher`], coverage for grants, and
 //!   the pattern compiler.
-//! - [`broker`]: [`broker::Broker`] — the session registry, takeover locks, wills, expiry timers
-//!   and statistics, over the router and the retained store.
+//! - [`broker`]: [`broker::Broker`] — the client operations every front end calls (admit,
+//!   publish and subscribe as an identity, refresh a live identity), the session registry,
+//!   wills, expiry timers and statistics, over the router and the retained store.
+//! - [`sync`]: the poison-recovering lock helpers.
 
 pub mod acl;
 pub mod auth;
 pub mod broker;
 pub mod content;
 pub mod journal;
-pub mod message;
+pub mod model;
 pub mod mqtt;
 pub mod retained;
 pub mod router;
 pub mod session;
+pub mod sync;
 pub mod topic;
 pub mod trie;

@@ -4,7 +4,8 @@
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use crate::message::Message;
+use crate::model::Message;
+use crate::sync::{read, write};
 use crate::topic::TopicFilter;
 use crate::trie::TopicTree;
 
@@ -37,7 +38,7 @@ impl RetainedStore {
     /// The payload is copied into its own allocation: a retained message can live for months and
     /// must not pin the (larger) read buffer it arrived in.
     pub fn set(&self, message: &Arc<Message>) -> RetainChange {
-        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        let mut tree = write(&self.tree);
         if message.payload.is_empty() {
             return match tree.remove(&message.topic) {
                 Some(_) => RetainChange::Removed,
@@ -54,7 +55,7 @@ impl RetainedStore {
 
     /// Every unexpired retained message whose topic `filter` matches.
     pub fn matching(&self, filter: &TopicFilter, now: Instant) -> Vec<Arc<Message>> {
-        let tree = self.tree.read().unwrap_or_else(|p| p.into_inner());
+        let tree = read(&self.tree);
         let mut found = Vec::new();
         tree.for_each_match(filter, |m| {
             if !m.is_expired(now) {
@@ -66,7 +67,7 @@ impl RetainedStore {
 
     /// Removes expired messages; returns how many.
     pub fn sweep_expired(&self, now: Instant) -> usize {
-        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        let mut tree = write(&self.tree);
         let before = tree.len();
         tree.retain(|m| !m.is_expired(now));
         before - tree.len()
@@ -74,7 +75,7 @@ impl RetainedStore {
 
     /// How many topics hold a retained message.
     pub fn len(&self) -> usize {
-        self.tree.read().unwrap_or_else(|p| p.into_inner()).len()
+        read(&self.tree).len()
     }
 
     /// Whether no topic holds a retained message.
@@ -90,8 +91,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::message::Origin;
-    use crate::mqtt::QoS;
+    use crate::model::{Origin, QoS};
     use crate::topic::TopicName;
 
     fn msg(topic: &str, payload: &'static [u8]) -> Arc<Message> {

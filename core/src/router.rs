@@ -14,11 +14,11 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock};
 
-use crate::message::{Message, SessionId};
-use crate::mqtt::QoS;
-use crate::session::{Delivery, Enqueued, Session, SharedRoute, SubscribeOptions, SubscriptionIds};
+use crate::model::{Delivery, Message, QoS, SessionId, SharedRoute, SubscribeOptions, SubscriptionIds};
+use crate::session::{Enqueued, Session};
+use crate::sync::{read, write};
 use crate::topic::{SubscriptionFilter, TopicFilter, TopicName};
 use crate::trie::SubscriptionTrie;
 
@@ -98,14 +98,6 @@ impl Default for Router {
     fn default() -> Self {
         Router::new()
     }
-}
-
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// FNV-1a: a fast hash for short strings, good enough to spread first levels over shards.
@@ -463,13 +455,13 @@ mod tests {
 
     use super::*;
     use crate::acl::Acl;
-    use crate::message::Origin;
-    use crate::session::{Outgoing, QueueLimits, SessionExpiry};
+    use crate::model::{Origin, SessionExpiry, SessionKey};
+    use crate::session::{Outgoing, QueueLimits};
 
     fn session(id: u64) -> Arc<Session> {
         let s = Session::new(
             SessionId(id),
-            format!("c{id}").into(),
+            SessionKey::mqtt(format!("c{id}")),
             SessionExpiry::Never,
             QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: true },
         );
@@ -482,7 +474,7 @@ mod tests {
     }
 
     fn msg(topic: &str, qos: QoS, origin: Option<u64>) -> Arc<Message> {
-        let origin = Origin { session: origin.map(SessionId), client_id: None };
+        let origin = Origin { session: origin.map(SessionId), client_id: None, node: None };
         Arc::new(Message::new(
             TopicName::try_from(topic).unwrap(),
             Bytes::from_static(b"p"),

@@ -9,19 +9,17 @@ use bytes::BytesMut;
 use mesgd_core::acl::Acl;
 use mesgd_core::auth::{ConnectInfo, DenyReason, Protocol, Secret, TlsInfo, Verdict};
 use mesgd_core::broker::Stats;
-use mesgd_core::message::{Message, MessageProperties, Origin};
+use mesgd_core::broker::{Admission, OnConflict};
+use mesgd_core::model::{Message, MessageProperties, Origin, SessionExpiry, SessionKey, Will};
 use mesgd_core::mqtt::{
     self, ConnAck, ConnAckProperties, Connect, DecodeError, Packet, ProtocolVersion, QoS, ReasonCode,
 };
-use mesgd_core::session::{Kick, SessionExpiry};
 use mesgd_core::topic::TopicName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::connection::{Connection, PendingWill};
+use super::checks::{self, Fields};
+use super::connection::{Accepted, Connection};
 use crate::context::ServerContext;
-
-/// How long a taken-over connection gets to close before the new one proceeds anyway.
-const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a connection ended before it was attached to a session.
 #[derive(Debug)]
@@ -168,7 +166,8 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         }
     }
 
-    // The will: validated now, published (and checked against the ACL) when it is due.
+    // The will: validated now with the rules of any publish, published (and checked against
+    // the ACL) when it is due.
     let will = match &connect.will {
         None => None,
         Some(w) => {
@@ -176,49 +175,23 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
                 Ok(t) => t,
                 Err(e) => refuse!(ReasonCode::TopicNameInvalid, "invalid will topic: {e}"),
             };
-            if topic.level_count() > settings.max_topic_levels {
-                refuse!(
-                    ReasonCode::TopicNameInvalid,
-                    "will topic has more than {} levels",
-                    settings.max_topic_levels
-                );
-            }
-            if w.qos > settings.max_qos {
-                refuse!(ReasonCode::QoSNotSupported, "will QoS {:?} exceeds the maximum QoS", w.qos);
-            }
-            if w.retain && !settings.retain_available {
-                refuse!(ReasonCode::RetainNotSupported, "retained wills are not supported");
-            }
-            if w.properties.payload_format_indicator == Some(1) && std::str::from_utf8(&w.payload).is_err() {
-                refuse!(
-                    ReasonCode::PayloadFormatInvalid,
-                    "will payload is not UTF-8 as its format indicator says"
-                );
-            }
             let p = &w.properties;
-            if let Some(Err(e)) = p.response_topic.as_ref().map(|t| TopicName::try_from(t.clone())) {
-                // As for a PUBLISH ([MQTT-3.3.2-14]): a topic name, without wildcards.
-                refuse!(ReasonCode::ProtocolError, "invalid will response topic: {e}");
-            }
-            let mut message = Message::new(
-                topic,
-                w.payload.clone(),
-                w.qos,
-                w.retain,
-                Origin { session: None, client_id: Some(client_id.clone()) },
-            );
-            message.properties = MessageProperties {
+            let fields = Fields {
+                topic: &topic,
+                qos: w.qos,
+                retain: w.retain,
                 payload_format_indicator: p.payload_format_indicator,
-                content_type: p.content_type.clone(),
-                response_topic: p.response_topic.clone(),
-                correlation_data: p.correlation_data.clone(),
-                user_properties: p.user_properties.clone(),
+                payload: &w.payload,
+                response_topic: p.response_topic.as_ref(),
             };
-            Some(PendingWill {
-                message,
-                expiry_interval: p.message_expiry_interval,
-                delay: Duration::from_secs(u64::from(p.delay_interval.unwrap_or(0))),
-            })
+            if let Err(broken) = checks::check(settings, &fields) {
+                refuse!(broken.code, "will: {}", broken.message);
+            }
+            let origin = Origin::client(None, client_id.clone());
+            let mut message = Message::new(topic, w.payload.clone(), w.qos, w.retain, origin);
+            message.properties = MessageProperties::from(p);
+            let delay = Duration::from_secs(u64::from(p.delay_interval.unwrap_or(0)));
+            Some((message, p.message_expiry_interval, delay))
         }
     };
 
@@ -271,28 +244,26 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         u32::MAX
     };
     let granted = requested.min(settings.max_session_expiry);
-    let expiry = match granted {
-        0 => SessionExpiry::OnDisconnect,
-        u32::MAX => SessionExpiry::Never,
-        s => SessionExpiry::After(Duration::from_secs(u64::from(s))),
-    };
+    let expiry = SessionExpiry::from_interval(granted);
 
-    // Take over an existing connection of the same client id, then open the session.
-    let broker = &ctx.broker;
-    let client_lock = broker.lock_client(&client_id).await;
-    if let Some(old) = broker.session(&client_id) {
-        if old.is_online() {
-            tracing::info!("client id in use: taking the session over");
-            old.kick(Kick::TakenOver);
-            if tokio::time::timeout(TAKEOVER_WAIT, old.wait_detached()).await.is_err() {
-                tracing::warn!("previous connection did not close in time; proceeding");
-            }
-        }
-    }
-    let opened = broker.open_session(&client_id, connect.clean_start, expiry, Instant::now());
-    let generation = broker.next_generation();
-    opened.session.attach(generation, acl.clone(), expiry);
-    drop(client_lock);
+    // Take over an existing connection of the same client id, then open or resume the session.
+    let admission = Admission {
+        key: SessionKey::mqtt(client_id.clone()),
+        clean_start: connect.clean_start,
+        expiry,
+        acl: acl.clone(),
+        on_conflict: OnConflict::TakeOver,
+    };
+    let admitted = match ctx.broker.admit(admission, Instant::now()).await {
+        Ok(admitted) => admitted,
+        Err(e) => refuse!(ReasonCode::ServerUnavailable, "{e}"),
+    };
+    let will = will.map(|(message, expiry_interval, delay)| Will {
+        message,
+        expiry_interval,
+        delay,
+        acl: acl.clone(),
+    });
 
     let properties = if v5 {
         ConnAckProperties {
@@ -313,7 +284,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         ConnAckProperties::default()
     };
     let connack = Packet::ConnAck(ConnAck {
-        session_present: opened.present,
+        session_present: admitted.present,
         reason_code: ReasonCode::Success,
         properties,
     });
@@ -321,16 +292,16 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         protocol = protocol_of(version).as_str(),
         provider = %identity.provider,
         username = ?identity.username,
-        present = opened.present,
+        present = admitted.present,
         "connected"
     );
     Ok(Box::new(Connection::new(
         stream,
         ctx.clone(),
-        super::connection::Accepted {
+        Accepted {
             version,
-            session: opened.session,
-            generation,
+            session: admitted.session,
+            generation: admitted.generation,
             client_id,
             identity,
             acl,

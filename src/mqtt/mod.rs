@@ -6,9 +6,11 @@
 //! - [`handshake`]: CONNECT → validation → authenticator chain → session takeover/resume →
 //!   CONNACK.
 //! - [`connection`]: the connected client's poll loop and packet handlers.
+//! - [`checks`]: the rules a client's message meets, as a PUBLISH or as a will.
 //! - [`ws`]: MQTT over WebSocket — the HTTP route (subprotocol `mqtt`) and binary frames as a
 //!   byte stream.
 
+mod checks;
 mod connection;
 mod handshake;
 pub(crate) mod ws;

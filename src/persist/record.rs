@@ -11,7 +11,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use mesgd_core::acl::{AclSource, Rule};
-use mesgd_core::message::MessageProperties;
+use mesgd_core::model::MessageProperties;
 use serde_json::{Value, json};
 
 /// Wall-clock milliseconds of a monotonic instant.

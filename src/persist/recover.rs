@@ -12,10 +12,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use mesgd_core::acl::Acl;
-use mesgd_core::broker::{Broker, RestoredEntry, RestoredSession, Will};
-use mesgd_core::message::{Message, Origin};
+use mesgd_core::broker::{Broker, RestoredEntry, RestoredSession};
+use mesgd_core::model::{Delivery, SessionExpiry, SessionKey, SharedRoute, SubscribeOptions, Will};
+use mesgd_core::model::{Message, Origin};
 use mesgd_core::mqtt::{QoS, RetainHandling};
-use mesgd_core::session::{Delivery, OutboundState, SessionExpiry, SharedRoute, SubscribeOptions};
+use mesgd_core::session::OutboundState;
 use mesgd_core::topic::{SubscriptionFilter, TopicName};
 use rusqlite::Connection;
 
@@ -83,7 +84,7 @@ impl Reader<'_> {
             Bytes::from(payload),
             self.qos(qos)?,
             retain,
-            Origin { session: None, client_id: origin.map(Arc::from) },
+            Origin { session: None, client_id: origin.map(Arc::from), node: None },
         );
         m.properties = properties_from_json(properties).map_err(|e| self.corrupt(e))?;
         m.expires_at = expires_at_ms.map(|ms| ms_to_instant(ms, self.now, self.wall));
@@ -135,7 +136,10 @@ pub(crate) fn recover(
             // A session that was connected when the broker stopped was disconnected then.
             let at: Option<i64> = row.get(2).map_err(db)?;
             let disconnected_at = at.map_or(r.now, |ms| ms_to_instant(ms, r.now, r.wall));
-            sessions.insert(client_id.clone(), RestoredSession::new(client_id, expiry, disconnected_at));
+            sessions.insert(
+                client_id.clone(),
+                RestoredSession::new(SessionKey::mqtt(client_id), expiry, disconnected_at),
+            );
         }
     }
     {
@@ -189,7 +193,7 @@ pub(crate) fn recover(
             let state: i64 = row.get(9).map_err(db)?;
             // Expired messages are dropped, unless PUBREL is owed (the message itself is delivered).
             if message.is_expired(r.now) && state != 2 {
-                expired_entries.push((s.client_id.clone(), entry));
+                expired_entries.push((s.key.id.clone(), entry));
                 continue;
             }
             let shared = match (
@@ -217,7 +221,7 @@ pub(crate) fn recover(
                 (2, Some(id)) => Some((id, OutboundState::AwaitPubComp)),
                 _ => None,
             };
-            out.entries.push(((s.client_id.clone(), entry.unsigned_abs()), message_id));
+            out.entries.push(((s.key.id.clone(), entry.unsigned_abs()), message_id));
             s.entries.push(RestoredEntry { delivery, entry: entry.unsigned_abs(), inflight });
             out.messages += 1;
         }

@@ -18,9 +18,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use mesgd_core::journal::{Change, Journal};
-use mesgd_core::message::Message;
+use mesgd_core::model::Message;
+use mesgd_core::model::{Delivery, SessionExpiry};
 use mesgd_core::mqtt::RetainHandling;
-use mesgd_core::session::{Delivery, SessionExpiry};
 use rusqlite::{Connection, params};
 
 use super::record::{acl_to_json, ids_to_json, instant_to_ms, properties_to_json, system_to_ms};

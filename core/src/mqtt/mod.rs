@@ -45,6 +45,7 @@
 mod decode;
 mod encode;
 mod error;
+mod forward;
 mod packet;
 mod properties;
 mod reason;

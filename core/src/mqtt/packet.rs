@@ -74,18 +74,7 @@ impl From<ProtocolVersion> for crate::auth::Protocol {
     }
 }
 
-/// Quality of service of a publication or a subscription.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum QoS {
-    /// Delivered at most once, unacknowledged.
-    #[default]
-    AtMostOnce = 0,
-    /// Delivered at least once (PUBACK).
-    AtLeastOnce = 1,
-    /// Delivered exactly once (PUBREC, PUBREL, PUBCOMP).
-    ExactlyOnce = 2,
-}
+pub use crate::model::{QoS, RetainHandling};
 
 impl TryFrom<u8> for QoS {
     type Error = DecodeError;
@@ -98,19 +87,6 @@ impl TryFrom<u8> for QoS {
             other => Err(DecodeError::InvalidQoS(other)),
         }
     }
-}
-
-/// Whether retained messages are sent when a subscription is made (MQTT 5.0 §3.8.3.1).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum RetainHandling {
-    /// Send retained messages at every subscribe.
-    #[default]
-    SendAtSubscribe = 0,
-    /// Send retained messages only if the subscription did not exist before.
-    SendIfNew = 1,
-    /// Never send retained messages for this subscription.
-    DoNotSend = 2,
 }
 
 impl TryFrom<u8> for RetainHandling {

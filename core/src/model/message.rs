@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::mqtt::{PublishProperties, QoS};
+use super::QoS;
 use crate::topic::TopicName;
 
 /// A stable 64-bit digest of a message's topic and payload (FNV-1a), kept with an incoming
@@ -31,6 +31,9 @@ pub fn digest(topic: &str, payload: &[u8]) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(pub u64);
 
+/// A cluster node's name, as `[cluster] node` sets it.
+pub type NodeId = Arc<str>;
+
 /// Where a message came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origin {
@@ -38,11 +41,19 @@ pub struct Origin {
     pub session: Option<SessionId>,
     /// The publisher's client id (`from` in the relay protocol), if any.
     pub client_id: Option<Arc<str>>,
+    /// The cluster node it was published on, when it came from another node; `None` for a
+    /// message published here (it is forwarded to the cluster, one from elsewhere never is).
+    pub node: Option<NodeId>,
 }
 
 impl Origin {
     /// A message the broker itself produced (`$SYS`, a will of a session that is gone).
-    pub const BROKER: Origin = Origin { session: None, client_id: None };
+    pub const BROKER: Origin = Origin { session: None, client_id: None, node: None };
+
+    /// A message published here by a client.
+    pub fn client(session: Option<SessionId>, client_id: Arc<str>) -> Self {
+        Origin { session, client_id: Some(client_id), node: None }
+    }
 }
 
 /// The protocol-neutral properties that travel with a message (MQTT 5 names; other front ends
@@ -62,17 +73,6 @@ pub struct MessageProperties {
 }
 
 impl MessageProperties {
-    /// Takes the forwarded properties out of a decoded PUBLISH.
-    pub fn from_publish(p: &PublishProperties) -> Self {
-        MessageProperties {
-            payload_format_indicator: p.payload_format_indicator,
-            content_type: p.content_type.clone(),
-            response_topic: p.response_topic.clone(),
-            correlation_data: p.correlation_data.clone(),
-            user_properties: p.user_properties.clone(),
-        }
-    }
-
     /// Whether there is nothing to forward (the common case, encoded without properties).
     pub fn is_empty(&self) -> bool {
         self.payload_format_indicator.is_none()

@@ -1,0 +1,419 @@
+//! Unit and property tests of the ACL engine: rule order, substitution, the exact subscribe
+//! intersection against brute force, and the cached whole-filter decision.
+
+use proptest::prelude::*;
+use serde::de::value::{Error as ValueError, StrDeserializer};
+
+use super::*;
+
+fn name(s: &str) -> TopicName {
+    TopicName::try_from(s).unwrap()
+}
+
+fn filter(s: &str) -> TopicFilter {
+    TopicFilter::try_from(s).unwrap()
+}
+
+fn rules(list: &[(&str, Permission)]) -> Vec<Rule> {
+    list.iter().map(|&(pattern, permission)| Rule::new(pattern, permission)).collect()
+}
+
+fn acl(list: &[(&str, Permission)]) -> Acl {
+    Acl::compile(Some(&rules(list)), Some("alice"), "client-1")
+}
+
+use Permission::{Deny, Read, ReadWrite, Write};
+
+#[test]
+fn write_rule_does_not_hide_a_later_read_rule() {
+    let acl = acl(&[("a/#", Write), ("#", Read)]);
+    assert!(acl.allows(Access::Read, &name("a/x")));
+    assert!(acl.allows(Access::Write, &name("a/x")));
+    assert!(acl.allows(Access::Read, &name("b")));
+    assert!(!acl.allows(Access::Write, &name("b")), "the read rule grants no write");
+    assert!(acl.allows_subscribe(&filter("a/+")));
+}
+
+#[test]
+fn deny_then_all_hides_exactly_one_topic() {
+    let acl = acl(&[("test/x", Deny), ("#", ReadWrite)]);
+    for access in [Access::Read, Access::Write] {
+        assert!(!acl.allows(access, &name("test/x")));
+        for visible in ["test/y", "test/x/y", "test", "other"] {
+            assert!(acl.allows(access, &name(visible)), "{visible}");
+        }
+    }
+    assert!(!acl.allows_subscribe(&filter("test/x")));
+    assert!(acl.allows_subscribe(&filter("test/+")));
+    assert!(acl.allows_subscribe(&filter("#")));
+}
+
+#[test]
+fn nil_list_is_unrestricted_and_empty_list_denies_everything() {
+    let open = Acl::compile(None, Some("alice"), "c");
+    assert!(open.is_unrestricted());
+    assert!(Acl::unrestricted().is_unrestricted());
+    assert!(open.allows(Access::Read, &name("$SYS/x")));
+    assert!(open.allows(Access::Write, &name("a")));
+    assert!(open.allows_subscribe(&filter("#")));
+
+    let closed = Acl::compile(Some(&[]), Some("alice"), "c");
+    assert!(!closed.is_unrestricted());
+    assert!(!closed.allows(Access::Read, &name("a")));
+    assert!(!closed.allows(Access::Write, &name("a")));
+    assert!(!closed.allows_subscribe(&filter("#")));
+    assert!(!closed.allows_subscribe(&filter("a")));
+}
+
+#[test]
+fn first_matching_rule_decides() {
+    let deny_first = acl(&[("a/secret", Deny), ("a/#", Read)]);
+    assert!(!deny_first.allows(Access::Read, &name("a/secret")));
+    assert!(deny_first.allows(Access::Read, &name("a/public")));
+    assert!(!deny_first.allows_subscribe(&filter("a/secret")));
+    assert!(deny_first.allows_subscribe(&filter("a/+")));
+
+    let allow_first = acl(&[("a/#", Read), ("a/secret", Deny)]);
+    assert!(allow_first.allows(Access::Read, &name("a/secret")));
+    assert!(allow_first.allows_subscribe(&filter("a/secret")));
+
+    // A deny rule decides both accesses.
+    let acl = acl(&[("a/+", Deny), ("#", ReadWrite)]);
+    assert!(!acl.allows(Access::Write, &name("a/b")));
+    assert!(acl.allows(Access::Write, &name("a/b/c")));
+    // Every topic "a/+/#" matches is readable except the two-level ones, and there are
+    // longer ones.
+    assert!(acl.allows_subscribe(&filter("a/+/#")));
+    assert!(!acl.allows_subscribe(&filter("a/+")));
+}
+
+#[test]
+fn write_only_rules_grant_no_read() {
+    let acl = acl(&[("a/#", Write)]);
+    assert!(acl.allows(Access::Write, &name("a/x")));
+    assert!(!acl.allows(Access::Read, &name("a/x")));
+    assert!(!acl.allows_subscribe(&filter("a/#")));
+    assert!(!acl.allows_subscribe(&filter("a/x")));
+    let read_only = self::acl(&[("a/#", Read)]);
+    assert!(!read_only.allows(Access::Write, &name("a/x")));
+}
+
+#[test]
+fn dollar_topics_need_an_explicit_rule() {
+    let everything = acl(&[("#", ReadWrite), ("+/#", ReadWrite)]);
+    assert!(!everything.allows(Access::Read, &name("$SYS/broker/uptime")));
+    assert!(!everything.allows(Access::Write, &name("$SYS/x")));
+    assert!(!everything.allows_subscribe(&filter("$SYS/#")));
+    assert!(everything.allows_subscribe(&filter("#")));
+
+    let sys = acl(&[("$SYS/#", Read)]);
+    assert!(sys.allows(Access::Read, &name("$SYS/broker/uptime")));
+    assert!(sys.allows_subscribe(&filter("$SYS/#")));
+    assert!(sys.allows_subscribe(&filter("$SYS/+/uptime")));
+    // '#' never delivers a '$' topic, so with only the $SYS rule it delivers nothing.
+    assert!(!sys.allows_subscribe(&filter("#")));
+    assert!(!sys.allows_subscribe(&filter("+/broker/uptime")));
+    // Below the first level '$' is an ordinary character.
+    let nested = acl(&[("a/+", Read)]);
+    assert!(nested.allows(Access::Read, &name("a/$x")));
+}
+
+#[test]
+fn substitution_of_username_and_client_id() {
+    let list = rules(&[("devices/%u/#", ReadWrite), ("clients/%c", Read), ("x/%u-%c/y", Read)]);
+    let acl = Acl::compile(Some(&list), Some("alice"), "c1");
+    assert!(acl.allows(Access::Write, &name("devices/alice/temp")));
+    assert!(acl.allows(Access::Read, &name("devices/alice")));
+    assert!(!acl.allows(Access::Read, &name("devices/bob/temp")));
+    assert!(acl.allows(Access::Read, &name("clients/c1")));
+    assert!(!acl.allows(Access::Read, &name("clients/c2")));
+    assert!(acl.allows(Access::Read, &name("x/alice-c1/y")));
+    assert!(acl.allows_subscribe(&filter("devices/+/temp")));
+    assert!(!acl.allows_subscribe(&filter("clients/+/x")));
+
+    // Substitution is a single pass: a username that spells "%c" stays literal.
+    let single = rules(&[("users/%u", Read)]);
+    let acl = Acl::compile(Some(&single), Some("%c"), "secret");
+    assert!(acl.allows(Access::Read, &name("users/%c")));
+    assert!(!acl.allows(Access::Read, &name("users/secret")));
+
+    // Other '%' sequences are literal text.
+    let literal = Acl::compile(Some(&rules(&[("a/%d/100%", Read)])), None, "c");
+    assert!(literal.allows(Access::Read, &name("a/%d/100%")));
+}
+
+#[test]
+fn injected_values_never_widen_a_rule() {
+    let list = rules(&[("devices/%u/#", ReadWrite), ("clients/%c/#", ReadWrite)]);
+    let probes = ["devices/x", "devices/a/b", "devices/a/b/c", "devices/+", "clients/x/y", "clients/a/b/c"];
+    let check = |username: Option<&str>, client_id: &str| {
+        let acl = Acl::compile(Some(&list), username, client_id);
+        for topic in probes {
+            if let Ok(topic) = TopicName::try_from(topic) {
+                assert!(!acl.allows(Access::Read, &topic), "{username:?}/{client_id:?} reads {topic}");
+                assert!(!acl.allows(Access::Write, &topic), "{username:?}/{client_id:?} writes {topic}");
+            }
+        }
+        for f in ["#", "devices/#", "clients/#", "devices/+/#", "clients/+/+"] {
+            assert!(!acl.allows_subscribe(&filter(f)), "{username:?}/{client_id:?} subscribes {f}");
+        }
+    };
+    for bad in ["a/b", "+", "#", "x\0y", "", "a+", "b#c", "/"] {
+        check(Some(bad), bad);
+    }
+    check(None, "");
+    check(None, "a/b");
+
+    // A username cannot move a rule into the '$' topics.
+    let acl = Acl::compile(Some(&rules(&[("%u/#", Read)])), Some("$SYS"), "c");
+    assert!(!acl.allows(Access::Read, &name("$SYS/x")));
+    assert!(!acl.allows_subscribe(&filter("$SYS/#")));
+    // But a '$' pattern may use one.
+    let acl = Acl::compile(Some(&rules(&[("$SYS/clients/%c", Read)])), None, "c9");
+    assert!(acl.allows(Access::Read, &name("$SYS/clients/c9")));
+}
+
+#[test]
+fn invalid_patterns_match_nothing_and_fail_validation() {
+    let list = rules(&[("a/#/b", ReadWrite), ("", ReadWrite), ("ok/+", Read)]);
+    let acl = Acl::compile(Some(&list), None, "c");
+    assert!(!acl.allows(Access::Read, &name("a/x/b")));
+    assert!(acl.allows(Access::Read, &name("ok/1")));
+
+    let cases: &[(&str, Option<TopicError>)] = &[
+        ("devices/%u/#", None),
+        ("%c", None),
+        ("%u%c", None),
+        ("$SYS/#", None),
+        ("a/%x", None),
+        ("a/#/b", Some(TopicError::InvalidWildcard)),
+        ("a%u+", Some(TopicError::InvalidWildcard)),
+        ("", Some(TopicError::Empty)),
+        ("a\0", Some(TopicError::Nul)),
+    ];
+    for (pattern, expected) in cases {
+        let got = Rule::new(*pattern, Read).validate();
+        match expected {
+            None => assert_eq!(got, Ok(()), "{pattern:?}"),
+            Some(source) => match got {
+                Err(AclError::InvalidPattern { source: s, .. }) => assert_eq!(s, *source, "{pattern:?}"),
+                other => panic!("{pattern:?}: {other:?}"),
+            },
+        }
+    }
+    let long = format!("{}/#/x", "a".repeat(1000));
+    let message = Rule::new(long, Read).validate().unwrap_err().to_string();
+    assert!(message.len() < 300, "the error quotes only the beginning: {message}");
+}
+
+#[test]
+fn permission_names() {
+    let cases: &[(&str, Result<Permission, ()>)] = &[
+        ("read", Ok(Read)),
+        ("write", Ok(Write)),
+        ("readwrite", Ok(ReadWrite)),
+        ("rw", Ok(ReadWrite)),
+        ("all", Ok(ReadWrite)),
+        ("deny", Ok(Deny)),
+        ("READ", Ok(Read)),
+        ("Deny", Ok(Deny)),
+        ("", Err(())),
+        ("reed", Err(())),
+        (" read", Err(())),
+        ("read,write", Err(())),
+        ("r\0", Err(())),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(Permission::parse(input).map_err(|_| ()), *expected, "{input:?}");
+    }
+    for p in [Read, Write, ReadWrite, Deny] {
+        assert_eq!(Permission::parse(p.as_str()), Ok(p));
+        assert_eq!(p.to_string().parse::<Permission>(), Ok(p));
+        // The serde form is the canonical name, and serde accepts the aliases too.
+        let de = Permission::deserialize(StrDeserializer::<ValueError>::new(p.as_str()));
+        assert_eq!(de, Ok(p));
+    }
+    for alias in ["rw", "all"] {
+        assert_eq!(Permission::deserialize(StrDeserializer::<ValueError>::new(alias)), Ok(ReadWrite));
+    }
+    let huge = "x".repeat(100_000);
+    match Permission::parse(&huge) {
+        Err(AclError::UnknownPermission(text)) => assert!(text.len() <= 67),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn subscribe_intersection_cases() {
+    let acl = acl(&[("a/b", Read)]);
+    let cases = [
+        ("a/+", true),
+        ("+/b", true),
+        ("+/+", true),
+        ("#", true),
+        ("a/#", true),
+        ("a/b/#", true),
+        ("a/c", false),
+        ("+", false),
+        ("+/+/+", false),
+        ("a/+/#", true),
+        ("$SYS/#", false),
+    ];
+    for (f, expected) in cases {
+        assert_eq!(acl.allows_subscribe(&filter(f)), expected, "{f}");
+    }
+    // "/#" reaches topics of two or more levels; "+" allows only one-level topics; the
+    // one-level topic with an empty level would be the empty string, which is no topic.
+    assert!(!self::acl(&[("+", Read)]).allows_subscribe(&filter("/#")));
+    assert!(self::acl(&[("/", Read)]).allows_subscribe(&filter("/#")));
+    // Deny rules that cover some, but not all, of the filter's topics.
+    let partial = self::acl(&[("a/x", Deny), ("a/y", Deny), ("a/+", Read)]);
+    assert!(partial.allows_subscribe(&filter("a/+")));
+    let full = self::acl(&[("a/+", Deny), ("a/x", Read)]);
+    assert!(!full.allows_subscribe(&filter("a/+")));
+    assert!(!full.allows_subscribe(&filter("a/#")));
+}
+
+#[test]
+fn allows_every_is_true_only_where_nothing_is_hidden() {
+    let acl = Acl::compile(
+        Some(&[
+            Rule::new("admin/#", Deny),
+            Rule::new("logs/+/debug", Deny),
+            Rule::new("logs/#", Read),
+            Rule::new("b/#", ReadWrite),
+            Rule::new("$SYS/#", Read),
+        ]),
+        None,
+        "c",
+    );
+    for covered in ["b/1/in/#", "b/+/fan", "b/x", "b/#", "logs/a/info", "$SYS/broker/#"] {
+        assert!(acl.allows_every(&filter(covered)), "{covered}");
+    }
+    // logs/+/debug is denied inside logs/#; # also reaches admin/ and the unlisted rest;
+    // +/x would need a rule for every first level; a/# has no rule at all.
+    for partial in ["logs/#", "logs/+/+", "#", "+/x", "a/#", "admin/x", "logs/a/debug"] {
+        assert!(!acl.allows_every(&filter(partial)), "{partial}");
+    }
+    assert!(Acl::unrestricted().allows_every(&filter("#")));
+    // A leading wildcard does not reach `$` topics.
+    let everything = Acl::compile(Some(&[Rule::new("#", Read)]), None, "c");
+    assert!(everything.allows_every(&filter("+/x")));
+    assert!(!everything.allows_every(&filter("$SYS/#")));
+}
+
+#[test]
+fn stamps_tell_compilations_apart() {
+    let rules = [Rule::new("a/#", Read)];
+    let one = Acl::compile(Some(&rules), None, "c");
+    let two = Acl::compile(Some(&rules), None, "c");
+    assert_ne!(one.stamp(), two.stamp());
+    let shared = one.clone();
+    assert_eq!(one.stamp(), shared.stamp(), "clones share the compilation");
+    drop(shared);
+    assert_ne!(one.stamp(), 0);
+    assert_eq!(Acl::unrestricted().stamp(), 0);
+}
+
+#[test]
+fn fresh_level_avoids_every_literal() {
+    assert_eq!(fresh_level(["a", "b", "+"].into_iter()), "x0");
+    assert_eq!(fresh_level(["x0", "x1", "x", "x3"].into_iter()), "x2");
+    // Rules that name the levels a naive fresh level would use do not fool the check.
+    let acl = acl(&[("a/x0", Deny), ("a/x1", Deny), ("a/+", Read)]);
+    assert!(acl.allows_subscribe(&filter("a/+")));
+    let acl = self::acl(&[("a/x0", Deny), ("a/x1", Read)]);
+    assert!(acl.allows_subscribe(&filter("a/+")));
+    assert!(!self::acl(&[("a/x0", Deny)]).allows_subscribe(&filter("a/+")));
+}
+
+#[test]
+fn huge_filters_and_rules_stay_cheap() {
+    let long_level = "y".repeat(60_000);
+    let many_levels = vec!["+"; 30_000].join("/");
+    let list = rules(&[(&format!("{long_level}/#"), Deny), ("#", Read), ("+/+/#", Deny)]);
+    let acl = Acl::compile(Some(&list), None, "c");
+    assert!(acl.allows_subscribe(&filter(&many_levels)));
+    assert!(acl.allows_subscribe(&filter(&format!("{many_levels}/#"))));
+    assert!(!acl.allows_subscribe(&filter(&format!("{long_level}/+"))));
+    let x_levels = (0..5000).map(|i| format!("x{i}")).collect::<Vec<_>>().join("/");
+    assert!(acl.allows_subscribe(&filter(&format!("{x_levels}/+/#"))));
+}
+
+// Random ACLs over a tiny alphabet; the brute force enumerates every topic over that
+// alphabet plus a level no rule names ("z"), with '$' and empty levels, deeper than any
+// pattern by two.
+const TOPIC_LEVELS: [&str; 5] = ["a", "b", "$x", "", "z"];
+
+fn pattern() -> impl Strategy<Value = String> {
+    let level = prop_oneof![Just("a"), Just("b"), Just("$x"), Just(""), Just("+")];
+    (prop::collection::vec(level, 0..3), any::<bool>()).prop_filter_map("valid filter", |(levels, hash)| {
+        let text = match (levels.is_empty(), hash) {
+            (true, _) => "#".to_string(),
+            (false, true) => format!("{}/#", levels.join("/")),
+            (false, false) => levels.join("/"),
+        };
+        TopicFilter::try_from(text.as_str()).ok().map(|f| f.as_str().to_string())
+    })
+}
+
+fn permission() -> impl Strategy<Value = Permission> {
+    prop_oneof![Just(Read), Just(Write), Just(ReadWrite), Just(Deny)]
+}
+
+fn all_topics(max_levels: usize) -> Vec<TopicName> {
+    let mut topics = Vec::new();
+    let mut layer: Vec<String> = TOPIC_LEVELS.iter().map(|l| l.to_string()).collect();
+    for _ in 0..max_levels {
+        topics.extend(layer.iter().filter_map(|t| TopicName::try_from(t.as_str()).ok()));
+        layer = layer.iter().flat_map(|t| TOPIC_LEVELS.iter().map(move |l| format!("{t}/{l}"))).collect();
+    }
+    topics
+}
+
+/// The semantics, read straight off the rule list.
+fn reference_allows(rules: &[Rule], access: Access, topic: &TopicName) -> bool {
+    rules
+        .iter()
+        .find(|rule| {
+            let names_access = match (rule.permission, access) {
+                (Deny | ReadWrite, _) => true,
+                (Read, a) => a == Access::Read,
+                (Write, a) => a == Access::Write,
+            };
+            names_access && filter(&rule.pattern).matches(topic)
+        })
+        .is_some_and(|rule| rule.permission != Deny)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn allows_and_allows_subscribe_agree_with_brute_force(
+        list in prop::collection::vec((pattern(), permission()), 0..7),
+        filters in prop::collection::vec(pattern(), 1..6),
+    ) {
+        let rules: Vec<Rule> = list.into_iter().map(|(p, perm)| Rule::new(p, perm)).collect();
+        let acl = Acl::compile(Some(&rules), Some("alice"), "c");
+        let max_levels = rules.iter().map(|r| filter(&r.pattern).level_count())
+            .chain(filters.iter().map(|f| filter(f).level_count())).max().unwrap_or(1);
+        let topics = all_topics(max_levels + 2);
+        for topic in &topics {
+            for access in [Access::Read, Access::Write] {
+                prop_assert_eq!(acl.allows(access, topic), reference_allows(&rules, access, topic),
+                    "{:?} {}", access, topic);
+            }
+        }
+        for f in &filters {
+            let flt = filter(f);
+            let witness = topics.iter().find(|t| flt.matches(t) && reference_allows(&rules, Access::Read, t));
+            prop_assert_eq!(acl.allows_subscribe(&flt), witness.is_some(),
+                "filter {} rules {:?} witness {:?}", f, rules, witness);
+            if acl.allows_every(&flt) {
+                let hidden = topics.iter().find(|t| flt.matches(t) && !reference_allows(&rules, Access::Read, t));
+                prop_assert!(hidden.is_none(), "filter {} rules {:?} hides {:?}", f, rules, hidden);
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Admission: a client with a verified identity gets its session — taking over a connection of
+//! the same key, or refused because the key is in use, then resuming or opening the session and
+//! attaching to it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::{Broker, TAKEOVER_WAIT};
+use crate::acl::Acl;
+use crate::model::{Kick, SessionExpiry, SessionKey};
+use crate::session::Session;
+use crate::sync::lock;
+
+/// What to do when the key is held by a live connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnConflict {
+    /// Close the older connection and take the session over (MQTT).
+    TakeOver,
+    /// Refuse the newcomer: the key is the holder's for as long as it is connected (a relay
+    /// address is first come, first served).
+    Refuse,
+}
+
+/// A client asking for its session.
+#[derive(Debug)]
+pub struct Admission {
+    /// Its session key.
+    pub key: SessionKey,
+    /// Whether to discard an existing session instead of resuming it.
+    pub clean_start: bool,
+    /// How long the session outlives the connection.
+    pub expiry: SessionExpiry,
+    /// The receiver ACL of the client's identity.
+    pub acl: Acl,
+    /// What a live holder of the key means.
+    pub on_conflict: OnConflict,
+}
+
+/// An admitted client.
+#[derive(Debug)]
+pub struct Admitted {
+    /// Its session, attached to the new connection.
+    pub session: Arc<Session>,
+    /// Whether an existing session was resumed.
+    pub present: bool,
+    /// The connection's generation: every later call about the connection names it, so that a
+    /// connection that was taken over can no longer act on the session.
+    pub generation: u64,
+}
+
+/// Why a client was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdmitError {
+    /// The key is held by a live connection and the request said [`OnConflict::Refuse`].
+    #[error("the session key is in use by a live connection")]
+    InUse,
+}
+
+/// Serialises connects of one key (takeover, session open) across connections.
+#[derive(Debug)]
+pub struct ClientLock<'a> {
+    broker: &'a Broker,
+    key: SessionKey,
+    mutex: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for ClientLock<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut locks = lock(&self.broker.connect_locks);
+        // Two owners left (the map and us) means nobody else waits: forget the lock.
+        if Arc::strong_count(&self.mutex) == 2 {
+            locks.remove(&self.key);
+        }
+    }
+}
+
+impl Broker {
+    /// Waits until no other connect of `key` is in progress, and holds that until dropped.
+    pub async fn lock_client(&self, key: &SessionKey) -> ClientLock<'_> {
+        let mutex = lock(&self.connect_locks).entry(key.clone()).or_default().clone();
+        let guard = mutex.clone().lock_owned().await;
+        ClientLock { broker: self, key: key.clone(), mutex, guard: Some(guard) }
+    }
+
+    /// Admits a client: with the key's connect lock held, closes (or refuses, as the request
+    /// says) a live connection of the same key and waits, at most [`TAKEOVER_WAIT`], for it to
+    /// let go; then resumes or opens the session and attaches the new connection with its ACL.
+    pub async fn admit(&self, request: Admission, now: Instant) -> Result<Admitted, AdmitError> {
+        let _held = self.lock_client(&request.key).await;
+        let mut now = now;
+        if let Some(old) = self.session(&request.key).filter(|s| s.is_online()) {
+            if request.on_conflict == OnConflict::Refuse {
+                return Err(AdmitError::InUse);
+            }
+            tracing::info!(key = %request.key.id, namespace = request.key.namespace.as_str(), "in use: taking the session over");
+            old.kick(Kick::TakenOver);
+            if tokio::time::timeout(TAKEOVER_WAIT, old.wait_detached()).await.is_err() {
+                tracing::warn!(key = %request.key.id, "the previous connection did not close in time; proceeding");
+            }
+            // The wait moved time on; the session opens at the end of it.
+            now = tokio::time::Instant::now().into_std().max(now);
+        }
+        let opened = self.open_session(&request.key, request.clean_start, request.expiry, now);
+        let generation = self.next_generation();
+        opened.session.attach(generation, request.acl, request.expiry);
+        Ok(Admitted { session: opened.session, present: opened.present, generation })
+    }
+}

@@ -1,0 +1,125 @@
+//! Publishing: the checks every client publish passes (the `$SYS` reservation, the write ACL),
+//! routing with the retained store, wills, and the seam through which a cluster layer receives
+//! every message published here.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Broker, Stats};
+use crate::acl::{Access, Acl};
+use crate::journal::Change;
+use crate::model::{Message, Will};
+use crate::retained::RetainChange;
+use crate::router::RouteStats;
+use crate::topic::TopicName;
+
+/// Why a client's publish was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishRefused {
+    /// `$SYS/...` is the broker's own: no client publishes there, whatever its ACL says (an
+    /// unrestricted client would otherwise forge broker statistics).
+    #[error("the topic is reserved for the broker")]
+    Reserved,
+    /// The publisher's ACL does not let it write the topic.
+    #[error("not authorized to publish to this topic")]
+    NotAuthorized,
+}
+
+/// Topics only the broker publishes to: `$SYS` and everything under it.
+pub fn is_reserved_topic(topic: &TopicName) -> bool {
+    let t = topic.as_str();
+    t == "$SYS" || t.starts_with("$SYS/")
+}
+
+/// Where messages published on this node go besides local subscribers: the cluster seam. A
+/// cluster layer forwards each one to the nodes that have an interest in it; a message that
+/// came from another node ([`crate::model::Origin::node`] set) is never forwarded again.
+pub trait Forward: Send + Sync + fmt::Debug {
+    /// Called once per message published here, after local routing.
+    fn forward(&self, message: &Arc<Message>);
+}
+
+/// Proof that a client may publish to a topic: only [`Broker::authorize_publish`] makes one,
+/// and [`Broker::publish_permitted`] takes one, so no front end can route a client's message
+/// without the checks.
+#[derive(Debug)]
+#[must_use = "a permit does nothing until the message is published with it"]
+pub struct PublishPermit(TopicName);
+
+impl Broker {
+    /// Publishes `message` on behalf of a client whose ACL is `acl`: refused for the broker's
+    /// own topics and without write permission (counted), else routed (counted as received).
+    pub fn publish_as(&self, acl: &Acl, message: Message) -> Result<RouteStats, PublishRefused> {
+        let permit = self.authorize_publish(acl, &message.topic)?;
+        Ok(self.publish_permitted(permit, message))
+    }
+
+    /// The checks of [`Broker::publish_as`] alone, for a front end that must know the verdict
+    /// before it records anything of the message (an MQTT QoS 2 packet id). A refusal is
+    /// counted.
+    pub fn authorize_publish(&self, acl: &Acl, topic: &TopicName) -> Result<PublishPermit, PublishRefused> {
+        let refused = if is_reserved_topic(topic) {
+            PublishRefused::Reserved
+        } else if !acl.allows(Access::Write, topic) {
+            PublishRefused::NotAuthorized
+        } else {
+            return Ok(PublishPermit(topic.clone()));
+        };
+        Stats::add(&self.stats.publishes_denied, 1);
+        Err(refused)
+    }
+
+    /// Routes a client's message that [`Broker::authorize_publish`] allowed (counted as
+    /// received). The permit must be for the message's topic.
+    pub fn publish_permitted(&self, permit: PublishPermit, message: Message) -> RouteStats {
+        let PublishPermit(topic) = permit;
+        debug_assert_eq!(topic, message.topic, "a permit is for one topic");
+        Stats::add(&self.stats.messages_received, 1);
+        self.publish(message)
+    }
+
+    /// Publishes a message with no checks (the broker's own, or one that passed
+    /// [`Broker::publish_as`]): updates the retained store if it is retained, then routes it.
+    pub fn publish(&self, message: Message) -> RouteStats {
+        let message = Arc::new(message);
+        let mut retained_seq = None;
+        if message.retain {
+            let change = self.retained.set(&message);
+            if change != RetainChange::Unchanged {
+                let kept = (!message.payload.is_empty()).then(|| message.clone());
+                retained_seq =
+                    self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
+            }
+        }
+        let mut stats = self.router.route(&message);
+        if stats.dropped > 0 {
+            Stats::add(&self.stats.messages_dropped, stats.dropped as u64);
+        }
+        stats.durable_seq = stats.durable_seq.max(retained_seq);
+        if message.origin.node.is_none() {
+            if let Some(forward) = self.forward.get() {
+                forward.forward(&message);
+            }
+        }
+        stats
+    }
+
+    /// Installs the cluster forwarder (once).
+    pub fn set_forward(&self, forward: Arc<dyn Forward>) {
+        let _ = self.forward.set(forward);
+    }
+
+    /// Publishes a will now, with the checks of any client publish.
+    pub fn publish_will(&self, will: Will, now: Instant) -> Option<RouteStats> {
+        let topic = will.message.topic.clone();
+        match self.publish_as(&will.acl, will.message.with_expiry_interval(will.expiry_interval, now)) {
+            Ok(stats) => Some(stats),
+            Err(why) => {
+                tracing::info!(topic = topic.as_str(), reason = %why, "will not published");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! One MQTT connection after CONNACK: a single task that reads, routes, drains its session and
+//! writes, all from one poll function.
+//!
+//! Why one hand-written poll loop instead of `select!` over split halves: the stream is polled
+//! for reading and writing in the same call without a lock between halves, the session wakes
+//! this very task through the waker it registered, and every read batch is answered with one
+//! write. Nothing here awaits while holding state, and every packet handler is synchronous —
+//! routing, ACL checks and session updates never wait on I/O.
+//!
+//! Buffers are allocated when data arrives and released when the connection goes quiet, so an
+//! idle connection holds no buffer memory at all.
+//!
+//! # Layout
+//!
+//! - this file: the connection's state, how it starts and how it ends (DISCONNECT, will,
+//!   session hand-back, lingering close).
+//! - [`poll`]: the poll loop — reading with back-pressure, writing, draining the session,
+//!   keep-alive and credential expiry, live identity changes.
+//! - [`gate`]: output held until the journal has it on disk (durability `always`).
+//! - [`output`]: encoding deliveries (topic aliases, expiry, subscription identifiers).
+//! - [`handlers`]: one handler per packet type, over the broker's client operations.
+
+mod gate;
+mod handlers;
+mod output;
+mod poll;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use mesgd_core::acl::Acl;
+use mesgd_core::auth::{Identity, LiveIdentity, Revocation};
+use mesgd_core::broker::Stats;
+use mesgd_core::journal::Journal;
+use mesgd_core::model::{Kick, Will};
+use mesgd_core::mqtt::{Disconnect, DisconnectProperties, Packet, PacketType, ProtocolVersion, ReasonCode};
+use mesgd_core::session::{Outgoing, Session};
+use mesgd_core::topic::TopicName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Sleep;
+
+use self::gate::Held;
+use crate::context::ServerContext;
+
+/// How long a closing connection may take to flush its last packets.
+const CLOSE_FLUSH: Duration = Duration::from_secs(2);
+
+/// What the handshake established.
+pub(crate) struct Accepted {
+    pub(crate) version: ProtocolVersion,
+    pub(crate) session: Arc<Session>,
+    pub(crate) generation: u64,
+    pub(crate) client_id: Arc<str>,
+    pub(crate) identity: Identity,
+    pub(crate) acl: Acl,
+    pub(crate) identity_expires: Option<Instant>,
+    pub(crate) keep_alive: Duration,
+    /// The will as CONNECT declared it; its ACL is replaced by the connection's current one
+    /// when it is handed to the broker.
+    pub(crate) will: Option<Will>,
+    pub(crate) session_expiry_was_zero: bool,
+    pub(crate) client_receive_maximum: u16,
+    pub(crate) client_maximum_packet_size: u32,
+    pub(crate) client_topic_alias_maximum: u16,
+    pub(crate) request_problem_information: bool,
+}
+
+/// How a connection ended.
+#[derive(Debug)]
+enum End {
+    /// The client sent DISCONNECT; `with_will` for MQTT 5 reason 0x04.
+    ClientDisconnect { with_will: bool },
+    /// The client closed the socket without DISCONNECT.
+    Closed,
+    /// The socket failed.
+    Io(io::Error),
+    /// Nothing arrived within 1.5 × keep-alive.
+    KeepAliveTimeout,
+    /// The client broke the protocol.
+    Protocol { code: ReasonCode, message: String },
+    /// Closed from outside (takeover, shutdown, revocation, an operator).
+    Kicked(Kick),
+    /// The identity's expiry (a JWT's `exp`) passed.
+    IdentityExpired,
+}
+
+impl End {
+    fn protocol(code: ReasonCode, message: impl Into<String>) -> End {
+        End::Protocol { code, message: message.into() }
+    }
+
+    /// The DISCONNECT reason an MQTT 5 client is told, if the server closes (`None` when the
+    /// client ended the connection).
+    fn server_reason(&self) -> Option<ReasonCode> {
+        match self {
+            End::ClientDisconnect { .. } | End::Closed | End::Io(_) => None,
+            End::KeepAliveTimeout => Some(ReasonCode::KeepAliveTimeout),
+            End::Protocol { code, .. } => Some(*code),
+            End::Kicked(kick) => Some(kick_reason(*kick)),
+            End::IdentityExpired => Some(ReasonCode::MaximumConnectTime),
+        }
+    }
+
+    fn publishes_will(&self) -> bool {
+        !matches!(self, End::ClientDisconnect { with_will: false })
+    }
+}
+
+/// The MQTT 5 reason code for a connection closed from outside.
+fn kick_reason(kick: Kick) -> ReasonCode {
+    match kick {
+        Kick::TakenOver => ReasonCode::SessionTakenOver,
+        Kick::ShuttingDown => ReasonCode::ServerShuttingDown,
+        Kick::Revoked(Revocation::Disabled) => ReasonCode::NotAuthorized,
+        Kick::Revoked(Revocation::Deleted) => ReasonCode::AdministrativeAction,
+        _ => ReasonCode::AdministrativeAction,
+    }
+}
+
+type IdentityChange = Pin<Box<dyn Future<Output = LiveIdentity> + Send>>;
+
+/// MQTT 5 topic aliases in both directions.
+#[derive(Default)]
+struct Aliases {
+    incoming: HashMap<u16, TopicName>,
+    outgoing: HashMap<TopicName, u16>,
+}
+
+/// A connected MQTT client.
+pub(crate) struct Connection<S> {
+    stream: S,
+    ctx: Arc<ServerContext>,
+    version: ProtocolVersion,
+    session: Arc<Session>,
+    generation: u64,
+    client_id: Arc<str>,
+    username: Option<Arc<str>>,
+    acl: Acl,
+    identity_change: Option<IdentityChange>,
+    identity_expires: Option<Instant>,
+    keep_alive: Option<Duration>,
+    last_received: Instant,
+    /// The time at the start of the current poll: one clock read serves the whole batch.
+    now: Instant,
+    /// Whether this poll routed a message to someone (see `poll_run`).
+    routed: bool,
+    timer: Option<Pin<Box<Sleep>>>,
+    /// Boxed: most clients have no will, and this struct is what an idle connection costs.
+    will: Option<Box<Will>>,
+    session_expiry_was_zero: bool,
+    window: usize,
+    client_maximum_packet_size: u32,
+    client_topic_alias_maximum: u16,
+    request_problem_information: bool,
+    /// Topic aliases, created when the first one is used.
+    aliases: Option<Box<Aliases>>,
+    inbuf: BytesMut,
+    outbuf: BytesMut,
+    /// Output held until the journal has it on disk (durability `always`), while there is any.
+    held: Option<Box<Held>>,
+    /// The journal, when acknowledgements wait for the disk.
+    journal: Option<Arc<dyn Journal>>,
+    scratch: Vec<Outgoing>,
+}
+
+fn is_v5(v: ProtocolVersion) -> bool {
+    v == ProtocolVersion::V5
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+    pub(crate) fn new(
+        stream: S,
+        ctx: Arc<ServerContext>,
+        a: Accepted,
+        inbuf: BytesMut,
+        connack: &Packet,
+    ) -> Self {
+        let identity_change = a.identity.live.clone().map(|mut live| -> IdentityChange {
+            Box::pin(async move {
+                live.changed().await;
+                live
+            })
+        });
+        let window = usize::from(a.client_receive_maximum.min(ctx.mqtt.max_inflight));
+        let mut c = Connection {
+            stream,
+            version: a.version,
+            session: a.session,
+            generation: a.generation,
+            client_id: a.client_id,
+            username: a.identity.username.as_deref().map(Arc::from),
+            acl: a.acl,
+            identity_change,
+            identity_expires: a.identity_expires,
+            keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
+            last_received: Instant::now(),
+            now: Instant::now(),
+            routed: false,
+            timer: None,
+            will: a.will.map(Box::new),
+            session_expiry_was_zero: a.session_expiry_was_zero,
+            window,
+            client_maximum_packet_size: a.client_maximum_packet_size,
+            client_topic_alias_maximum: a.client_topic_alias_maximum,
+            request_problem_information: a.request_problem_information,
+            aliases: None,
+            inbuf,
+            outbuf: BytesMut::new(),
+            held: None,
+            journal: ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
+            scratch: Vec::new(),
+            ctx,
+        };
+        c.write_packet(connack);
+        // A resumed session first resends what was in flight, in the original order.
+        for o in c.session.resend_inflight() {
+            c.write_outgoing(o, Instant::now());
+        }
+        c.arm_timer();
+        c
+    }
+
+    /// Runs the connection to its end, then publishes or schedules the will and hands the
+    /// session back to the broker.
+    pub(crate) async fn run(mut self: Box<Self>) {
+        // CONNECT may have arrived together with further packets.
+        let mut end = self.handle_input().err();
+        if end.is_none() {
+            end = Some(std::future::poll_fn(|cx| self.poll_run(cx)).await);
+        }
+        let end = end.unwrap_or(End::Closed);
+        Box::pin(self.finish(end)).await;
+    }
+
+    async fn finish(mut self: Box<Self>, end: End) {
+        match &end {
+            End::Protocol { code, message } => {
+                tracing::info!(reason = ?code, %message, "closing connection: protocol error")
+            }
+            End::Io(e) => tracing::debug!(error = %e, "connection lost"),
+            End::KeepAliveTimeout => tracing::info!("closing connection: keep-alive timeout"),
+            End::Kicked(k) => tracing::info!(why = ?k, "closing connection"),
+            End::IdentityExpired => tracing::info!("closing connection: credential expired"),
+            End::ClientDisconnect { .. } | End::Closed => tracing::debug!(?end, "disconnected"),
+        }
+        if let (true, Some(code)) = (is_v5(self.version), end.server_reason()) {
+            // A decode error may carry a code DISCONNECT cannot (0x84 belongs to CONNACK).
+            let code =
+                if code.is_allowed_in(PacketType::Disconnect) { code } else { ReasonCode::ProtocolError };
+            let reason_string = match &end {
+                End::Protocol { message, .. } => Some(message.clone()),
+                _ => None,
+            };
+            self.write_packet(&Packet::Disconnect(Disconnect {
+                reason_code: code,
+                properties: DisconnectProperties { reason_string, ..Default::default() },
+            }));
+        }
+        if !matches!(end, End::Io(_)) {
+            let _ = tokio::time::timeout(CLOSE_FLUSH, self.flush_and_close()).await;
+        }
+        // The will is checked as any publish is, with the rules in force now, when it goes out.
+        let will = if end.publishes_will() { self.will.take() } else { None };
+        let will = will.map(|w| Will { acl: self.acl.clone(), ..*w });
+        let broker = &self.ctx.broker;
+        broker.connection_closed(&self.session, self.generation, will, Instant::now());
+        Stats::sub(&broker.stats().clients_connected, 1);
+        if end.server_reason().is_some() {
+            // The session is already free for a new connection; only this socket waits, so that a
+            // client still writing reads our DISCONNECT instead of a reset.
+            crate::linger::drain(&mut self.stream).await;
+        }
+    }
+
+    async fn flush_and_close(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        // Held acknowledgements go out once their messages are on disk, if that happens while
+        // the connection is closing.
+        if self.held.is_some() {
+            std::future::poll_fn(|cx| if self.release_gate(cx) { Poll::Ready(()) } else { Poll::Pending })
+                .await;
+        }
+        if !self.outbuf.is_empty() {
+            let out = std::mem::take(&mut self.outbuf);
+            let _ = self.stream.write_all(&out).await;
+        }
+        let _ = self.stream.shutdown().await;
+    }
+}

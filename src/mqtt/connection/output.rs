@@ -1,0 +1,128 @@
+//! Encoding what the connection sends: packets, and deliveries with their per-subscriber parts
+//! (topic aliases, the remaining message expiry, subscription identifiers, the client's maximum
+//! packet size).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use mesgd_core::broker::Stats;
+use mesgd_core::model::Delivery;
+use mesgd_core::mqtt::{self, Packet, Publish, PublishProperties, ReasonCode};
+use mesgd_core::session::Outgoing;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::handlers::ack;
+use super::{Connection, is_v5};
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+    pub(super) fn write_packet(&mut self, packet: &Packet) {
+        let version = self.version;
+        if let Err(e) = mqtt::encode(packet, version, self.out()) {
+            tracing::error!(error = %e, "could not encode a packet");
+        }
+    }
+
+    pub(super) fn write_outgoing(&mut self, outgoing: Outgoing, now: Instant) {
+        match outgoing {
+            Outgoing::PubRel { packet_id } => {
+                self.write_packet(&Packet::PubRel(ack(packet_id, ReasonCode::Success)))
+            }
+            Outgoing::Publish { delivery, packet_id, dup } => {
+                self.write_delivery(&delivery, packet_id, dup, now)
+            }
+        }
+    }
+
+    fn write_delivery(&mut self, delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: Instant) {
+        let message = &delivery.message;
+        let v5 = is_v5(self.version);
+        let plain = !v5
+            || (message.properties.is_empty()
+                && message.expires_at.is_none()
+                && delivery.subscription_ids.is_empty()
+                && self.client_topic_alias_maximum == 0);
+        if plain {
+            // Nothing per-subscriber but the header: written straight from the message.
+            let before = self.out().len();
+            let version = self.version;
+            let written = mqtt::encode_plain_publish(
+                version,
+                dup,
+                delivery.qos,
+                delivery.retain,
+                message.topic.as_str(),
+                packet_id,
+                &message.payload,
+                self.out(),
+            );
+            if let Err(e) = written {
+                tracing::error!(error = %e, "could not encode a PUBLISH");
+            }
+            self.check_delivered_size(before, packet_id);
+            return;
+        }
+        let mut properties = PublishProperties::default();
+        let mut topic: Arc<str> = message.topic.as_arc().clone();
+        let mut new_alias = None;
+        if v5 {
+            properties = PublishProperties::from(&message.properties);
+            properties.message_expiry_interval = message.remaining_expiry(now);
+            properties.subscription_identifiers = delivery.subscription_ids.to_vec();
+            if self.client_topic_alias_maximum > 0 {
+                let aliases = self.aliases.get_or_insert_with(Box::default);
+                match aliases.outgoing.get(&message.topic) {
+                    Some(&alias) => {
+                        properties.topic_alias = Some(alias);
+                        topic = Arc::from("");
+                    }
+                    None if aliases.outgoing.len() < usize::from(self.client_topic_alias_maximum) => {
+                        let alias = aliases.outgoing.len() as u16 + 1;
+                        new_alias = Some(alias);
+                        properties.topic_alias = Some(alias);
+                    }
+                    None => {}
+                }
+            }
+        }
+        let publish = Packet::Publish(Publish {
+            dup,
+            qos: delivery.qos,
+            retain: delivery.retain,
+            topic,
+            packet_id,
+            properties,
+            payload: message.payload.clone(),
+        });
+        let before = self.out().len();
+        self.write_packet(&publish);
+        // The mapping exists only once the client has received the packet that sets it: a
+        // dropped packet must not leave later ones referring to an alias the client never saw.
+        if self.check_delivered_size(before, packet_id) {
+            if let Some(alias) = new_alias {
+                self.aliases.get_or_insert_with(Box::default).outgoing.insert(message.topic.clone(), alias);
+            }
+        }
+    }
+
+    /// After a PUBLISH was written from `before` on: takes it back if it is larger than the
+    /// client accepts ([MQTT-3.1.2-25]: dropped as if delivered), and counts it. Returns whether
+    /// it stays.
+    fn check_delivered_size(&mut self, before: usize, packet_id: Option<u16>) -> bool {
+        let size = self.out().len() - before;
+        if size > self.client_maximum_packet_size as usize {
+            self.out().truncate(before);
+            if let Some(id) = packet_id {
+                self.session.discard_inflight(id);
+            }
+            Stats::add(&self.ctx.broker.stats().messages_dropped, 1);
+            tracing::debug!(
+                size,
+                max = self.client_maximum_packet_size,
+                "message dropped: larger than the client's maximum packet size"
+            );
+            return false;
+        }
+        Stats::add(&self.ctx.broker.stats().messages_sent, 1);
+        true
+    }
+}

@@ -1,0 +1,207 @@
+//! The poll loop: output first, then input with back-pressure, the timers, and live changes
+//! to the client's identity.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use mesgd_core::broker::{IdentityUpdate, Stats};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::{Connection, End};
+
+/// Stop reading and draining while this much output waits for the socket: a client that does
+/// not read cannot make the broker buffer without bound.
+pub(super) const OUT_HIGH_WATER: usize = 256 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 8 * 1024;
+/// Messages taken from the session per drain call.
+const DRAIN_BATCH: usize = 256;
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+    pub(super) fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        loop {
+            self.now = Instant::now();
+            if let Some(kick) = self.session.take_kick(self.generation) {
+                return Poll::Ready(End::Kicked(kick));
+            }
+            if let Some(end) = self.poll_identity(cx) {
+                return Poll::Ready(end);
+            }
+            // Output first: a connection woken because messages were queued for it writes them
+            // before it spends a system call finding that its socket has nothing to read.
+            let mut again = false;
+            if self.pending_output() < OUT_HIGH_WATER {
+                again |= self.drain_session(cx);
+            }
+            self.release_gate(cx);
+            if let Err(e) = self.poll_write(cx) {
+                return Poll::Ready(End::Io(e));
+            }
+            match self.poll_read(cx) {
+                Ok(progress) => again |= progress,
+                Err(end) => return Poll::Ready(end),
+            }
+            if self.routed {
+                // Let the subscribers this read woke write their deliveries before this
+                // connection reads again or writes its acknowledgements, as a single-threaded
+                // broker would: at low load that takes two system calls off every message's
+                // path. This task runs again right after them.
+                self.routed = false;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if let Some(end) = self.poll_timer(cx) {
+                return Poll::Ready(end);
+            }
+            if !again {
+                if self.inbuf.is_empty() && self.inbuf.capacity() > 0 {
+                    self.inbuf = BytesMut::new();
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Reads and handles packets until the socket has nothing more (or output backs up).
+    /// Returns whether anything was read.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Result<bool, End> {
+        let mut progress = false;
+        while self.pending_output() < OUT_HIGH_WATER {
+            // Publishers wait while the journal's backlog is over its bound (a slow disk): what
+            // they send would be promises the broker cannot yet keep.
+            if self.ctx.broker.journal().is_some_and(|j| !j.poll_room(cx.waker())) {
+                break;
+            }
+            let polled = if self.inbuf.is_empty() {
+                // Nothing buffered: read onto the stack first, so that a wake-up with nothing to
+                // read (and every idle connection) allocates nothing.
+                let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ_CHUNK];
+                let mut read = ReadBuf::uninit(&mut stack);
+                match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
+                    Poll::Ready(Ok(())) => {
+                        self.inbuf.extend_from_slice(read.filled());
+                        Poll::Ready(Ok(read.filled().len()))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            } else {
+                if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
+                    self.inbuf.reserve(READ_CHUNK);
+                }
+                tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
+            };
+            match polled {
+                Poll::Pending => break,
+                Poll::Ready(Ok(0)) => return Err(End::Closed),
+                Poll::Ready(Ok(n)) => {
+                    Stats::add(&self.ctx.broker.stats().bytes_received, n as u64);
+                    self.last_received = self.now;
+                    progress = true;
+                    self.handle_input()?;
+                    if self.routed {
+                        break;
+                    }
+                }
+                Poll::Ready(Err(e)) => return Err(End::Io(e)),
+            }
+        }
+        Ok(progress)
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        while !self.outbuf.is_empty() {
+            match Pin::new(&mut self.stream).poll_write(cx, &self.outbuf) {
+                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => {
+                    Stats::add(&self.ctx.broker.stats().bytes_sent, n as u64);
+                    self.outbuf.advance(n);
+                }
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => return Ok(()),
+            }
+        }
+        // TLS and WebSocket streams buffer internally; a plain TCP flush is a no-op.
+        match Pin::new(&mut self.stream).poll_flush(cx) {
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Ready(Ok(())) | Poll::Pending => {}
+        }
+        if self.outbuf.capacity() > 0 {
+            self.outbuf = BytesMut::new();
+        }
+        Ok(())
+    }
+
+    /// Moves queued deliveries into the output. Returns whether more are ready right away.
+    fn drain_session(&mut self, cx: &mut Context<'_>) -> bool {
+        let now = self.now;
+        let mut batch = std::mem::take(&mut self.scratch);
+        let stats =
+            self.session.drain(self.generation, self.window, DRAIN_BATCH, now, cx.waker(), &mut batch);
+        self.hold_until(stats.gate);
+        if stats.expired > 0 {
+            Stats::add(&self.ctx.broker.stats().messages_dropped, stats.expired as u64);
+        }
+        for o in batch.drain(..) {
+            self.write_outgoing(o, now);
+        }
+        self.scratch = batch;
+        stats.more
+    }
+
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Option<End> {
+        loop {
+            let timer = self.timer.as_mut()?;
+            if timer.as_mut().poll(cx).is_pending() {
+                return None;
+            }
+            let now = Instant::now();
+            if self.identity_expires.is_some_and(|at| at <= now) {
+                return Some(End::IdentityExpired);
+            }
+            if self.keep_alive.is_some_and(|ka| self.last_received + ka <= now) {
+                return Some(End::KeepAliveTimeout);
+            }
+            self.arm_timer();
+        }
+    }
+
+    /// Sets the timer to the next keep-alive or identity-expiry deadline. Reads do not move
+    /// the timer (that would touch the timer wheel per packet); it fires at the old deadline and
+    /// re-arms from the last read.
+    pub(super) fn arm_timer(&mut self) {
+        let keep_alive = self.keep_alive.map(|ka| self.last_received + ka);
+        let Some(deadline) = [keep_alive, self.identity_expires].into_iter().flatten().min() else {
+            self.timer = None;
+            return;
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match &mut self.timer {
+            Some(t) => t.as_mut().reset(deadline),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+    }
+
+    /// Applies a live change the identity's provider made (rules edited, account disabled or
+    /// deleted) through the broker's one implementation of it.
+    fn poll_identity(&mut self, cx: &mut Context<'_>) -> Option<End> {
+        let change = self.identity_change.as_mut()?;
+        let Poll::Ready(mut live) = change.as_mut().poll(cx) else { return None };
+        match self.ctx.broker.refresh_identity(&self.session, live.current(), self.username.as_deref()) {
+            IdentityUpdate::Rules(acl) => {
+                self.acl = acl;
+                tracing::info!("rules changed: new ACL applies from now on");
+                self.identity_change = Some(Box::pin(async move {
+                    live.changed().await;
+                    live
+                }));
+                // Poll the new future once so it registers the waker.
+                self.poll_identity(cx)
+            }
+            IdentityUpdate::Revoked(kick) => Some(End::Kicked(kick)),
+        }
+    }
+}
