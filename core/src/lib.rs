@@ -1,7 +1,7 @@
 //! `mesgd-core`: the protocol-agnostic heart of mesgd.
 //!
 //! Everything here is free of sockets and of a particular async runtime's I/O: front ends
-//! (MQTT over TCP/TLS/WebSocket, and later the JSON relay) decode bytes into the types of this
+//! (MQTT over TCP/TLS/WebSocket, the JSON relay over TCP/WebSocket/UDP) decode bytes into the types of this
 //! crate, ask it who a client is and what it may see, and hand it messages to route.
 //!
 //! # Layout
@@ -24,6 +24,8 @@
 //!   layer, and the [`journal::Journal`] trait it records them into.
 //! - [`broker`]: [`broker::Broker`] — the session registry, takeover locks, wills, expiry timers
 //!   and statistics, over the router and the retained store.
+//! - [`relay`]: the sans-I/O JSON relay — framing, the message catalogue, address rules and key
+//!   proof, and the relay's own state (offline queues, rooms, pipes, matchmaking, rate limits).
 
 pub mod acl;
 pub mod auth;
@@ -31,6 +33,7 @@ pub mod broker;
 pub mod journal;
 pub mod message;
 pub mod mqtt;
+pub mod relay;
 pub mod retained;
 pub mod router;
 pub mod session;
