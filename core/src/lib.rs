@@ -1,8 +1,9 @@
 //! `mesgd-core`: the protocol-agnostic heart of mesgd.
 //!
 //! Everything here is free of sockets and of a particular async runtime's I/O: front ends
-//! (MQTT over TCP/TLS/WebSocket, the JSON relay over TCP/WebSocket/UDP) decode bytes into the types of this
-//! crate, ask it who a client is and what it may see, and hand it messages to route.
+//! (MQTT over TCP/TLS/WebSocket, the JSON relay over TCP/WebSocket/UDP) decode bytes into the
+//! types of this crate, ask it who a client is and what it may see, and hand it messages to
+//! route.
 //!
 //! # Layout
 //!

@@ -8,6 +8,24 @@
 //! (who must be told what) rather than sending anything. The protocol decisions are written
 //! down in `docs/relay.md`.
 //!
+//! # Handling a `register`
+//!
+//! The pieces are meant to be applied in this order, so that a refused registration changes
+//! nothing and each refusal has the answer `docs/relay.md` documents:
+//!
+//! 1. [`parse`] → [`ClientMessage::Register`] (`invalid json`, `invalid field: …`, `invalid
+//!    address`); a connection that already holds an address gets `already registered`;
+//! 2. [`Load::refuses_register`] → `relay overloaded, retry later`;
+//! 3. [`Claim::from_register`] → `invalid address`, `invalid pubkey`;
+//! 4. [`KeyProof::check`] with the connection's challenge, taken (single use) →
+//!    `key proof required`, `invalid signature`, `invalid pubkey`;
+//! 5. the provider chain and the ACL (`not authorized`), then the address registry (`address in
+//!    use`) — the broker's part;
+//! 6. for [`Claim::Plain`] and [`Claim::Alias`], [`AliasBindings::claim`] (`alias bound to a
+//!    different key`, `limit reached: alias bindings`), journalling a new binding;
+//! 7. commit, then [`OfflineQueues::flush`]: the entries as `deliver` frames, then
+//!    `registered{addr, queued}`.
+//!
 //! # Layout
 //!
 //! - [`frame`]: TCP length-prefix framing and the frame-size limits of every transport.

@@ -72,24 +72,15 @@ impl<H: Clone + Eq + Hash> Rooms<H> {
             self.refused += 1;
             return Err(RelayError::LimitReached(limit));
         }
-        let (name, members) = match self.rooms.get_key_value(room) {
-            Some((name, _)) => {
-                let name = Arc::clone(name);
-                let members = self.rooms.get_mut(room).map(|m| {
-                    m.push(who.clone());
-                    m.len()
-                });
-                (name, members.unwrap_or(0))
-            }
-            None => {
-                let name: Arc<str> = Arc::from(room);
-                self.rooms.insert(Arc::clone(&name), vec![who.clone()]);
-                (name, 1)
-            }
-        };
+        // One shared name for the room table and every member's list.
+        let name =
+            self.rooms.get_key_value(room).map_or_else(|| Arc::from(room), |(name, _)| Arc::clone(name));
+        let members = self.rooms.entry(Arc::clone(&name)).or_default();
+        members.push(who.clone());
+        let count = members.len();
         self.joined.entry(who.clone()).or_default().push(name);
         self.memberships += 1;
-        Ok(members)
+        Ok(count)
     }
 
     /// The members of `room` other than `who`, in join order (the recipients of a
