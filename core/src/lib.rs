@@ -1,8 +1,9 @@
 //! `mesgd-core`: the protocol-agnostic heart of mesgd.
 //!
 //! Everything here is free of sockets and of a particular async runtime's I/O: front ends
-//! (MQTT over TCP/TLS/WebSocket, and later the JSON relay) decode bytes into the types of this
-//! crate, ask it who a client is and what it may see, and hand it messages to route.
+//! (MQTT over TCP/TLS/WebSocket, the JSON relay over TCP/WebSocket/UDP) decode bytes into the
+//! types of this crate, ask it who a client is and what it may see, and hand it messages to
+//! route.
 //!
 //! # Layout
 //!
@@ -32,6 +33,8 @@
 //!   publish and subscribe as an identity, refresh a live identity), the session registry,
 //!   wills, expiry timers and statistics, over the router and the retained store.
 //! - [`sync`]: the poison-recovering lock helpers.
+//! - [`relay`]: the sans-I/O JSON relay — framing, the message catalogue, address rules and key
+//!   proof, and the relay's own state (offline queues, rooms, pipes, matchmaking, rate limits).
 
 pub mod acl;
 pub mod auth;
@@ -40,6 +43,7 @@ pub mod content;
 pub mod journal;
 pub mod model;
 pub mod mqtt;
+pub mod relay;
 pub mod retained;
 pub mod router;
 pub mod session;
