@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use mesgd_core::sync::lock;
 use serde::Deserialize;
 
 /// `[auth.failed_login]`
@@ -88,7 +89,7 @@ impl LoginGuard {
             return Duration::ZERO;
         }
         let now = Instant::now();
-        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let records = lock(&self.records);
         let failures = self
             .keys(addr, username)
             .filter_map(|k| records.get(&k))
@@ -111,7 +112,7 @@ impl LoginGuard {
         }
         let now = Instant::now();
         let window = self.window();
-        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut records = lock(&self.records);
         for key in self.keys(addr, username) {
             let r = records.entry(key).or_insert(Record { failures: 0, last: now });
             if now.duration_since(r.last) >= window {
@@ -139,7 +140,7 @@ impl LoginGuard {
     pub fn succeeded(&self, _addr: IpAddr, username: Option<&str>) {
         if let Some(u) = username {
             let key = self.user_key(u);
-            self.records.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            lock(&self.records).remove(&key);
         }
     }
 }

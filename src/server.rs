@@ -118,12 +118,7 @@ impl Server {
         };
         // The two clocks, read once: the broker derives wall times from the instants it is given.
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
-        let persistence = persist::open(
-            &config.storage_dir(),
-            config.storage.durability,
-            Duration::from_millis(config.storage.flush_interval_ms),
-            &broker,
-        )?;
+        let persistence = persist::open(&config.storage_dir(), &config.storage, &broker)?;
         let persistence = persistence.map(|p| {
             let journal: Arc<dyn mesgd_core::journal::Journal> = p.journal.clone();
             broker.set_journal(&journal);

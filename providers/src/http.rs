@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{BoundedCache, Keyer};
 use crate::registry::{BuildContext, ConfigError, ProviderFactory, ProviderSpec};
 use crate::rules::rules_from_json;
+use mesgd_core::sync::lock;
 
 /// The `type` of the http provider.
 pub const TYPE_NAME: &str = "http";
@@ -225,7 +226,7 @@ impl AnswerCache {
     }
 
     fn get(&self, key: &[u8; 32]) -> Option<Answer> {
-        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut entries = lock(&self.entries);
         match entries.get(key) {
             Some((expires, answer)) if Instant::now() < *expires => Some(answer.clone()),
             Some(_) => {
@@ -244,7 +245,7 @@ impl AnswerCache {
         if ttl.is_zero() {
             return;
         }
-        let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut entries = lock(&self.entries);
         entries.insert(key, (Instant::now() + ttl, answer.clone()));
     }
 }

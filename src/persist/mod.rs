@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesgd_core::broker::Broker;
+
+use crate::config::StorageConfig;
 use serde::Deserialize;
 
 pub use schema::{STATE_DB_FILE, StoreError};
@@ -56,12 +58,8 @@ pub fn state_db_path(dir: &Path) -> PathBuf {
 }
 
 /// Opens `dir/state.db`, restores its contents into `broker`, and starts the writer.
-pub fn open(
-    dir: &Path,
-    durability: Durability,
-    flush_interval: Duration,
-    broker: &Broker,
-) -> Result<Option<Persistence>, StoreError> {
+pub fn open(dir: &Path, storage: &StorageConfig, broker: &Broker) -> Result<Option<Persistence>, StoreError> {
+    let durability = storage.durability;
     if durability == Durability::None {
         return Ok(None);
     }
@@ -78,8 +76,9 @@ pub fn open(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "state restored"
     );
-    let interval = (durability == Durability::Periodic).then_some(flush_interval);
-    let (journal, writer) = writer::start(conn, interval, recovered.entries);
+    let interval =
+        (durability == Durability::Periodic).then(|| Duration::from_millis(storage.flush_interval_ms));
+    let (journal, writer) = writer::start(conn, interval, storage.max_unwritten_changes, recovered.entries);
     Ok(Some(Persistence { journal, writer }))
 }
 

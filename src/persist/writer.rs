@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,6 +21,7 @@ use mesgd_core::journal::{Change, Journal};
 use mesgd_core::model::Message;
 use mesgd_core::model::{Delivery, SessionExpiry};
 use mesgd_core::mqtt::RetainHandling;
+use mesgd_core::sync::lock;
 use rusqlite::{Connection, params};
 
 use super::record::{acl_to_json, ids_to_json, instant_to_ms, properties_to_json, system_to_ms};
@@ -54,13 +55,15 @@ pub struct SqliteJournal {
     pending: Mutex<Pending>,
     wake_writer: Condvar,
     durable: AtomicU64,
+    /// Connections waiting for a sequence number to be durable: one entry per task.
     waiters: Mutex<Vec<(u64, Waker)>>,
+    /// Unwritten changes at most before [`Journal::poll_room`] says no.
+    max_unwritten: usize,
+    /// Connections waiting for the backlog to shrink, and how often one had to.
+    room_waiters: Mutex<Vec<Waker>>,
+    backpressure: AtomicU64,
     wait_for_disk: bool,
     failed: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Journal for SqliteJournal {
@@ -84,9 +87,31 @@ impl Journal for SqliteJournal {
         if self.durable.load(Ordering::Acquire) >= seq {
             return true;
         }
-        lock(&self.waiters).push((seq, waker.clone()));
+        {
+            // A connection polls again and again while it waits: keep one entry per task, at
+            // the newest (highest) sequence number it waits for.
+            let mut waiters = lock(&self.waiters);
+            match waiters.iter_mut().find(|(_, w)| w.will_wake(waker)) {
+                Some(entry) => entry.0 = entry.0.max(seq),
+                None => waiters.push((seq, waker.clone())),
+            }
+        }
         // The writer may have advanced between the check and the registration.
         self.durable.load(Ordering::Acquire) >= seq
+    }
+
+    fn poll_room(&self, waker: &Waker) -> bool {
+        if lock(&self.pending).changes.len() < self.max_unwritten {
+            return true;
+        }
+        let mut waiters = lock(&self.room_waiters);
+        if !waiters.iter().any(|w| w.will_wake(waker)) {
+            waiters.push(waker.clone());
+        }
+        drop(waiters);
+        self.backpressure.fetch_add(1, Ordering::Relaxed);
+        // The writer may have taken a batch since the check.
+        lock(&self.pending).changes.len() < self.max_unwritten
     }
 
     fn begin_atomic(&self) -> u64 {
@@ -133,7 +158,26 @@ impl SqliteJournal {
             }
         }
         let take = if p.closed { p.changes.len() } else { p.committable() };
-        (p.changes.drain(..take).collect(), p.closed)
+        let batch = p.changes.drain(..take).collect();
+        let left = p.changes.len();
+        let closed = p.closed;
+        drop(p);
+        if left <= self.max_unwritten / 2 {
+            for w in std::mem::take(&mut *lock(&self.room_waiters)) {
+                w.wake();
+            }
+        }
+        (batch, closed)
+    }
+
+    /// How many changes wait to be written (for metrics).
+    pub fn unwritten(&self) -> usize {
+        lock(&self.pending).changes.len()
+    }
+
+    /// How many times a connection had to wait for the backlog to shrink.
+    pub fn backpressure_events(&self) -> u64 {
+        self.backpressure.load(Ordering::Relaxed)
     }
 
     fn mark_durable(&self, seq: u64) {
@@ -201,6 +245,7 @@ struct MessageIndex {
 pub(crate) fn start(
     conn: Connection,
     interval: Option<Duration>,
+    max_unwritten: usize,
     entries: Vec<((Arc<str>, u64), i64)>,
 ) -> (Arc<SqliteJournal>, WriterHandle) {
     let journal = Arc::new(SqliteJournal {
@@ -208,6 +253,9 @@ pub(crate) fn start(
         wake_writer: Condvar::new(),
         durable: AtomicU64::new(0),
         waiters: Mutex::new(Vec::new()),
+        max_unwritten,
+        room_waiters: Mutex::new(Vec::new()),
+        backpressure: AtomicU64::new(0),
         wait_for_disk: interval.is_none(),
         failed: AtomicBool::new(false),
     });
@@ -570,6 +618,9 @@ mod tests {
             wake_writer: Condvar::new(),
             durable: AtomicU64::new(0),
             waiters: Mutex::new(Vec::new()),
+            max_unwritten: 4,
+            room_waiters: Mutex::new(Vec::new()),
+            backpressure: AtomicU64::new(0),
             wait_for_disk: false,
             failed: AtomicBool::new(false),
         }
@@ -608,5 +659,44 @@ mod tests {
         let (batch, closed) = j.take_batch(Some(Duration::ZERO));
         assert!(closed);
         assert_eq!(seqs(&batch), [1]);
+    }
+
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_backlog_past_the_bound_holds_clients_until_it_has_halved() {
+        let j = journal();
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        for n in 0..3 {
+            j.record(change(n));
+        }
+        assert!(j.poll_room(&waker), "3 of 4");
+        j.record(change(3));
+        assert!(!j.poll_room(&waker), "4 of 4: no room");
+        assert!(!j.poll_room(&waker), "asked twice");
+        assert_eq!(lock(&j.room_waiters).len(), 1, "one entry per task");
+        assert_eq!(j.backpressure_events(), 2);
+        let (batch, _) = j.take_batch(Some(Duration::ZERO));
+        assert_eq!(batch.len(), 4);
+        assert!(flag.0.load(Ordering::SeqCst), "the writer woke the waiting client");
+        assert!(j.poll_room(&waker));
+    }
+
+    #[test]
+    fn a_task_waiting_for_durability_is_registered_once() {
+        let j = journal();
+        let waker = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
+        for seq in [3, 5, 4] {
+            assert!(!j.poll_durable(seq, &waker));
+        }
+        let waiters = lock(&j.waiters);
+        assert_eq!(waiters.len(), 1, "one entry per task");
+        assert_eq!(waiters[0].0, 5, "at the highest sequence number it waits for");
     }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use mesgd_core::auth::Secret;
 
 use crate::cache::{BoundedCache, Keyer};
+use mesgd_core::sync::lock;
 
 /// How many checks are remembered.
 pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
@@ -66,7 +67,7 @@ impl VerifyCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, BoundedCache<VerifyKey, Entry>> {
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.entries)
     }
 }
 

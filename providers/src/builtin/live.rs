@@ -37,6 +37,7 @@ use tokio::sync::{Semaphore, watch};
 use super::cache::VerifyCache;
 use super::lookup::{LookupCounts, LookupStats, MissState, bump};
 use super::store::{self, Store, StoreError, UserRecord};
+use mesgd_core::sync::lock;
 
 /// The default pause between two `data_version` checks.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -275,11 +276,11 @@ impl UserDirectory {
 impl Inner {
     fn lock_live(&self) -> MutexGuard<'_, HashMap<String, Tracked>> {
         // Every critical section leaves the map consistent, so a poisoned lock is still usable.
-        self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.live)
     }
 
     fn lock_misses(&self) -> MutexGuard<'_, MissState> {
-        self.misses.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.misses)
     }
 
     /// The record in the copy, else one a store read found in this generation.

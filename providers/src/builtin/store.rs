@@ -29,6 +29,7 @@ use mesgd_core::acl::{AclError, Permission, Rule};
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior, params};
 
 use super::password::{self, DEFAULT_PBKDF2_ITERATIONS, HashScheme, PasswordError};
+use mesgd_core::sync::lock;
 
 /// The file name of the builtin store inside `storage.dir`.
 pub const CONFIG_DB_FILE: &str = "config.db";
@@ -429,7 +430,7 @@ impl Store {
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave the connection inconsistent: every change
         // is a transaction that SQLite rolls back when it is dropped unfinished.
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.conn)
     }
 
     fn db(&self, source: rusqlite::Error) -> StoreError {
