@@ -15,9 +15,11 @@
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
 //! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
 //! - [`login_guard`]: slowing down repeated authentication failures.
+//! - `clock`: the clock the front ends read (Tokio's, so tests can pause it).
 //! - `linger`: closing a connection so that the peer reads our last packet.
 //! - [`logging`]: `tracing` set-up for the binary.
 
+mod clock;
 pub mod config;
 pub mod context;
 mod http;

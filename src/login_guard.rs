@@ -88,7 +88,7 @@ impl LoginGuard {
         if self.config.max_failures == 0 {
             return Duration::ZERO;
         }
-        let now = Instant::now();
+        let now = crate::clock::now();
         let records = lock(&self.records);
         let failures = self
             .keys(addr, username)
@@ -110,7 +110,7 @@ impl LoginGuard {
         if self.config.max_failures == 0 {
             return;
         }
-        let now = Instant::now();
+        let now = crate::clock::now();
         let window = self.window();
         let mut records = lock(&self.records);
         for key in self.keys(addr, username) {

@@ -244,7 +244,7 @@ impl Server {
 
 async fn timer_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
-        let now = Instant::now();
+        let now = crate::clock::now();
         let next = broker.tick(now).unwrap_or(now + Duration::from_secs(60));
         let next = tokio::time::Instant::from_std(next.min(now + Duration::from_secs(60)));
         tokio::select! {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::packets::{publish_packet, subscribe_packet};
 use common::{Raw, TestServer, connect_bytes, mqtt_str, packet};
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 
@@ -10,25 +11,11 @@ const V3: ProtocolVersion = ProtocolVersion::V311;
 const V5: ProtocolVersion = ProtocolVersion::V5;
 
 fn publish(topic: &str, qos: u8, packet_id: Option<u16>, payload: &[u8], v5: bool) -> Vec<u8> {
-    let mut body = mqtt_str(topic);
-    if let Some(id) = packet_id {
-        body.extend_from_slice(&id.to_be_bytes());
-    }
-    if v5 {
-        body.push(0);
-    }
-    body.extend_from_slice(payload);
-    packet(0x30 | (qos << 1), &body)
+    publish_packet(topic, qos, packet_id, false, v5.then_some(&[]), payload)
 }
 
 fn subscribe(packet_id: u16, filter: &str, options: u8, v5: bool) -> Vec<u8> {
-    let mut body = packet_id.to_be_bytes().to_vec();
-    if v5 {
-        body.push(0);
-    }
-    body.extend_from_slice(&mqtt_str(filter));
-    body.push(options);
-    packet(0x82, &body)
+    subscribe_packet(packet_id, filter, options, v5)
 }
 
 async fn disconnect_reason(raw: &mut Raw) -> Option<ReasonCode> {

@@ -10,6 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::packets::{property_block, publish_packet, subscribe_packet};
 use common::v5::{self, QoS};
 use common::{Raw, TestServer, mqtt_str, packet};
 use mesgd_core::mqtt::{ConnAck, Packet, ProtocolVersion, ReasonCode};
@@ -110,29 +111,6 @@ fn assert_server_disconnect(error: &str, reason: &str) {
 
 // --------------------------------------------------------------------------------------- raw bytes
 
-/// An MQTT variable byte integer.
-fn var_int(mut n: usize) -> Vec<u8> {
-    let mut v = Vec::new();
-    loop {
-        let mut b = (n % 128) as u8;
-        n /= 128;
-        if n > 0 {
-            b |= 0x80;
-        }
-        v.push(b);
-        if n == 0 {
-            return v;
-        }
-    }
-}
-
-/// A property block: its length, then the properties.
-fn property_block(properties: &[u8]) -> Vec<u8> {
-    let mut v = var_int(properties.len());
-    v.extend_from_slice(properties);
-    v
-}
-
 /// A clean-start MQTT 5 CONNECT with the given CONNECT properties and an optional QoS 0 will
 /// (topic, payload) without will properties.
 fn connect_v5(client_id: &str, keep_alive: u16, properties: &[u8], will: Option<(&str, &[u8])>) -> Vec<u8> {
@@ -152,21 +130,11 @@ fn connect_v5(client_id: &str, keep_alive: u16, properties: &[u8], will: Option<
 }
 
 fn publish_v5(topic: &str, qos: u8, packet_id: Option<u16>, properties: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut body = mqtt_str(topic);
-    if let Some(id) = packet_id {
-        body.extend_from_slice(&id.to_be_bytes());
-    }
-    body.extend(property_block(properties));
-    body.extend_from_slice(payload);
-    packet(0x30 | (qos << 1), &body)
+    publish_packet(topic, qos, packet_id, false, Some(properties), payload)
 }
 
 fn subscribe_v5(packet_id: u16, filter: &str, options: u8) -> Vec<u8> {
-    let mut body = packet_id.to_be_bytes().to_vec();
-    body.push(0);
-    body.extend(mqtt_str(filter));
-    body.push(options);
-    packet(0x82, &body)
+    subscribe_packet(packet_id, filter, options, true)
 }
 
 /// Topic Alias property (0x23).

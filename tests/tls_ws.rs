@@ -331,10 +331,7 @@ impl WsReader {
 }
 
 fn subscribe_bytes(filter: &str) -> Vec<u8> {
-    let mut body = vec![0, 1];
-    body.extend_from_slice(&mqtt_str(filter));
-    body.push(1);
-    packet(0x82, &body)
+    common::packets::subscribe_packet(1, filter, 1, false)
 }
 
 #[tokio::test]

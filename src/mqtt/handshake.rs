@@ -120,7 +120,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     };
     let version = connect.protocol;
     let v5 = version == ProtocolVersion::V5;
-    let now = Instant::now();
+    let now = crate::clock::now();
 
     macro_rules! refuse {
         ($code:expr, $($msg:tt)+) => {{
@@ -254,7 +254,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         acl: acl.clone(),
         on_conflict: OnConflict::TakeOver,
     };
-    let admitted = match ctx.broker.admit(admission, Instant::now()).await {
+    let admitted = match ctx.broker.admit(admission, crate::clock::now()).await {
         Ok(admitted) => admitted,
         Err(e) => refuse!(ReasonCode::ServerUnavailable, "{e}"),
     };

@@ -72,7 +72,10 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
 
 // ---------------------------------------------------------------------------- rumqttc v3.1.1
 
+pub mod packets;
 pub mod persistent;
+
+pub use packets::{connect_bytes, mqtt_str, packet};
 
 pub mod v3 {
     use super::*;
@@ -334,45 +337,6 @@ pub struct Raw {
     pub stream: TcpStream,
     buf: BytesMut,
     pub version: ProtocolVersion,
-}
-
-/// Encodes an MQTT string (2-byte length + bytes).
-pub fn mqtt_str(s: &str) -> Vec<u8> {
-    let mut v = (s.len() as u16).to_be_bytes().to_vec();
-    v.extend_from_slice(s.as_bytes());
-    v
-}
-
-/// A fixed header + body: `first` byte, variable-byte remaining length, `body`.
-pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
-    let mut v = vec![first];
-    let mut n = body.len();
-    loop {
-        let mut b = (n % 128) as u8;
-        n /= 128;
-        if n > 0 {
-            b |= 0x80;
-        }
-        v.push(b);
-        if n == 0 {
-            break;
-        }
-    }
-    v.extend_from_slice(body);
-    v
-}
-
-/// A CONNECT for `client_id` at protocol `level` with the given flags, keep-alive 60.
-pub fn connect_bytes(level: u8, client_id: &str, flags: u8) -> Vec<u8> {
-    let mut body = mqtt_str(if level == 3 { "MQIsdp" } else { "MQTT" });
-    body.push(level);
-    body.push(flags);
-    body.extend_from_slice(&60u16.to_be_bytes());
-    if level == 5 {
-        body.push(0); // no properties
-    }
-    body.extend_from_slice(&mqtt_str(client_id));
-    packet(0x10, &body)
 }
 
 impl Raw {

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use mesgd_core::mqtt::{Packet, ProtocolVersion, QoS, ReasonCode};
 
+use super::packets::{publish_packet, subscribe_packet};
 use super::{Raw, mqtt_str, packet};
 
 const V5: ProtocolVersion = ProtocolVersion::V5;
@@ -39,13 +40,7 @@ pub async fn connect_persistent(addr: SocketAddr, version: ProtocolVersion, clie
 }
 
 pub fn subscribe(packet_id: u16, filter: &str, qos: u8, v5: bool) -> Vec<u8> {
-    let mut body = packet_id.to_be_bytes().to_vec();
-    if v5 {
-        body.push(0);
-    }
-    body.extend_from_slice(&mqtt_str(filter));
-    body.push(qos);
-    packet(0x82, &body)
+    subscribe_packet(packet_id, filter, qos, v5)
 }
 
 pub fn publish(
@@ -56,19 +51,9 @@ pub fn publish(
     payload: &[u8],
     v5_props: Option<&[u8]>,
 ) -> Vec<u8> {
-    let mut body = mqtt_str(topic);
-    if qos > 0 {
-        body.extend_from_slice(&packet_id.to_be_bytes());
-    }
-    if let Some(props) = v5_props {
-        body.push(props.len() as u8);
-        body.extend_from_slice(props);
-    }
-    body.extend_from_slice(payload);
-    packet(0x30 | (qos << 1) | u8::from(retain), &body)
+    publish_packet(topic, qos, (qos > 0).then_some(packet_id), retain, v5_props, payload)
 }
 
-/// Publishes and waits for the flow to complete: PUBACK for QoS 1, PUBREC + PUBCOMP for QoS 2.
 pub async fn publish_acked(
     raw: &mut Raw,
     topic: &str,

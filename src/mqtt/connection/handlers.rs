@@ -2,7 +2,6 @@
 //! handlers only check what MQTT itself requires and map the broker's answers to reason codes.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use mesgd_core::journal::Atomic;
 use mesgd_core::model::{Message, MessageProperties, Origin, SessionExpiry, SubscribeOptions, digest};
@@ -256,7 +255,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 "subscription identifiers are not supported",
             ));
         }
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut codes = Vec::with_capacity(s.filters.len());
         for (text, options) in s.filters {
             let filter = match SubscriptionFilter::parse(&text) {

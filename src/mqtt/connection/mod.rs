@@ -201,8 +201,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             identity_change,
             identity_expires: a.identity_expires,
             keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
-            last_received: Instant::now(),
-            now: Instant::now(),
+            last_received: crate::clock::now(),
+            now: crate::clock::now(),
             routed: false,
             timer: None,
             will: a.will.map(Box::new),
@@ -222,7 +222,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         c.write_packet(connack);
         // A resumed session first resends what was in flight, in the original order.
         for o in c.session.resend_inflight() {
-            c.write_outgoing(o, Instant::now());
+            c.write_outgoing(o, crate::clock::now());
         }
         c.arm_timer();
         c
@@ -271,7 +271,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         let will = if end.publishes_will() { self.will.take() } else { None };
         let will = will.map(|w| Will { acl: self.acl.clone(), ..*w });
         let broker = &self.ctx.broker;
-        broker.connection_closed(&self.session, self.generation, will, Instant::now());
+        broker.connection_closed(&self.session, self.generation, will, crate::clock::now());
         Stats::sub(&broker.stats().clients_connected, 1);
         if end.server_reason().is_some() {
             // The session is already free for a new connection; only this socket waits, so that a

@@ -4,7 +4,6 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use mesgd_core::broker::{IdentityUpdate, Stats};
@@ -23,7 +22,7 @@ const DRAIN_BATCH: usize = 256;
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     pub(super) fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         loop {
-            self.now = Instant::now();
+            self.now = crate::clock::now();
             if let Some(kick) = self.session.take_kick(self.generation) {
                 return Poll::Ready(End::Kicked(kick));
             }
@@ -158,7 +157,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if timer.as_mut().poll(cx).is_pending() {
                 return None;
             }
-            let now = Instant::now();
+            let now = crate::clock::now();
             if self.identity_expires.is_some_and(|at| at <= now) {
                 return Some(End::IdentityExpired);
             }
