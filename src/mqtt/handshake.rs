@@ -10,7 +10,7 @@ use mesgd_core::acl::Acl;
 use mesgd_core::auth::{ConnectInfo, DenyReason, Protocol, Secret, TlsInfo, Verdict};
 use mesgd_core::broker::Stats;
 use mesgd_core::broker::{Admission, OnConflict};
-use mesgd_core::model::{Message, MessageProperties, Origin, SessionExpiry, SessionKey, Will};
+use mesgd_core::model::{ClientInfo, Message, MessageProperties, Origin, SessionExpiry, SessionKey, Will};
 use mesgd_core::mqtt::{
     self, ConnAck, ConnAckProperties, Connect, DecodeError, Packet, ProtocolVersion, QoS, ReasonCode,
 };
@@ -201,6 +201,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         .with_password(connect.password.as_ref().map(|p| Secret::new(p.to_vec())))
         .with_peer_addr(Some(peer))
         .with_tls(tls);
+    let tls_common_name = info.tls.as_ref().and_then(|t| t.common_name.as_deref()).map(Arc::from);
     let throttle_delay = ctx.login_guard.delay_for(peer.ip(), info.username.as_deref());
     if !throttle_delay.is_zero() {
         tokio::time::sleep(throttle_delay).await;
@@ -253,6 +254,17 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
         expiry,
         acl: acl.clone(),
         on_conflict: OnConflict::TakeOver,
+        client: Some(
+            ClientInfo::new(
+                protocol_of(version),
+                listener.clone(),
+                Arc::from(identity.provider.as_str()),
+                SystemTime::now(),
+            )
+            .with_peer(Some(peer))
+            .with_username(identity.username.as_deref().map(Arc::from))
+            .with_tls_common_name(tls_common_name),
+        ),
     };
     let admitted = match ctx.broker.admit(admission, crate::clock::now()).await {
         Ok(admitted) => admitted,

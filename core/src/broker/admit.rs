@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Broker, TAKEOVER_WAIT};
 use crate::acl::Acl;
-use crate::model::{Kick, SessionExpiry, SessionKey};
+use crate::model::{ClientInfo, Kick, SessionExpiry, SessionKey};
 use crate::session::Session;
 use crate::sync::lock;
 
@@ -36,6 +36,8 @@ pub struct Admission {
     pub acl: Acl,
     /// What a live holder of the key means.
     pub on_conflict: OnConflict,
+    /// Who the client is, for operators.
+    pub client: Option<ClientInfo>,
 }
 
 /// An admitted client.
@@ -107,7 +109,7 @@ impl Broker {
         }
         let opened = self.open_session(&request.key, request.clean_start, request.expiry, now);
         let generation = self.next_generation();
-        opened.session.attach(generation, request.acl, request.expiry);
+        opened.session.attach_client(generation, request.acl, request.expiry, request.client.map(Arc::new));
         Ok(Admitted { session: opened.session, present: opened.present, generation })
     }
 }

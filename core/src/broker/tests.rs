@@ -220,7 +220,14 @@ async fn client_lock_serialises_connects_of_one_id() {
 }
 
 fn admission(key: SessionKey, on_conflict: OnConflict) -> Admission {
-    Admission { key, clean_start: false, expiry: SessionExpiry::Never, acl: Acl::unrestricted(), on_conflict }
+    Admission {
+        key,
+        clean_start: false,
+        expiry: SessionExpiry::Never,
+        acl: Acl::unrestricted(),
+        on_conflict,
+        client: None,
+    }
 }
 
 #[tokio::test]

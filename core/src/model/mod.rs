@@ -23,4 +23,4 @@ mod session;
 pub use delivery::{Delivery, SharedRoute, SubscriptionIds, Will};
 pub use message::{Message, MessageProperties, NodeId, Origin, SessionId, digest};
 pub use qos::{QoS, RetainHandling, SubscribeOptions};
-pub use session::{Kick, Namespace, SessionExpiry, SessionKey};
+pub use session::{ClientInfo, Kick, Namespace, SessionExpiry, SessionKey};

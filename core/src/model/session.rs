@@ -70,6 +70,65 @@ impl SessionKey {
     }
 }
 
+/// Who is connected to a session, for operators (the REST API, the console, logs): what the
+/// front end knew at admission. Never holds a secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientInfo {
+    /// The wire protocol.
+    pub protocol: crate::auth::Protocol,
+    /// The listener's name.
+    pub listener: Arc<str>,
+    /// The peer's address, when the transport has one.
+    pub peer: Option<std::net::SocketAddr>,
+    /// The authenticated username, if any.
+    pub username: Option<Arc<str>>,
+    /// The provider that admitted the client.
+    pub provider: Arc<str>,
+    /// The Common Name of the verified TLS client certificate, if any.
+    pub tls_common_name: Option<Arc<str>>,
+    /// When the connection was admitted, on the wall clock.
+    pub connected_at: std::time::SystemTime,
+}
+
+impl ClientInfo {
+    /// What is known of a client admitted by `provider` over `protocol` on `listener`.
+    pub fn new(
+        protocol: crate::auth::Protocol,
+        listener: Arc<str>,
+        provider: Arc<str>,
+        connected_at: std::time::SystemTime,
+    ) -> Self {
+        ClientInfo {
+            protocol,
+            listener,
+            peer: None,
+            username: None,
+            provider,
+            tls_common_name: None,
+            connected_at,
+        }
+    }
+
+    /// With the peer's address.
+    pub fn with_peer(mut self, peer: Option<std::net::SocketAddr>) -> Self {
+        self.peer = peer;
+        self
+    }
+
+    /// With the authenticated username.
+    pub fn with_username(mut self, username: Option<Arc<str>>) -> Self {
+        self.username = username;
+        self
+    }
+
+    /// With the TLS client certificate's Common Name.
+    pub fn with_tls_common_name(mut self, cn: Option<Arc<str>>) -> Self {
+        self.tls_common_name = cn;
+        self
+    }
+}
+
 /// Why a connection is being closed from outside its own task. Front ends map it onto their
 /// wire (MQTT 5: 0x8E, 0x8B, 0x87 / 0x98).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -46,7 +46,7 @@ use self::outbound::Outbound;
 pub use self::outbound::{DrainStats, OutboundState, Outgoing, PubRecOutcome};
 use crate::acl::{Access, Acl};
 use crate::journal::{Change, Journal};
-use crate::model::{Delivery, Kick, QoS, SessionExpiry, SessionId, SessionKey, SubscribeOptions};
+use crate::model::{ClientInfo, Delivery, Kick, QoS, SessionExpiry, SessionId, SessionKey, SubscribeOptions};
 use crate::sync::lock;
 use crate::topic::{SubscriptionFilter, TopicFilter};
 
@@ -76,6 +76,8 @@ struct State {
     expiry: SessionExpiry,
     /// The generation of the attached connection, if one is attached.
     connection: Option<u64>,
+    /// Who the attached connection is, for operators.
+    client: Option<Arc<ClientInfo>>,
     disconnected_at: Option<Instant>,
     waker: Option<Waker>,
     kick: Option<Kick>,
@@ -113,6 +115,7 @@ impl Session {
                 acl: Acl::unrestricted(),
                 expiry,
                 connection: None,
+                client: None,
                 disconnected_at: None,
                 waker: None,
                 kick: None,
@@ -151,8 +154,20 @@ impl Session {
     /// expiry. Clears any pending kick. Messages queued while the session was offline were checked
     /// against the previous connection's rules; those the new ACL hides are dropped here.
     pub fn attach(&self, generation: u64, acl: Acl, expiry: SessionExpiry) {
+        self.attach_client(generation, acl, expiry, None);
+    }
+
+    /// As [`Session::attach`], recording who the connection is.
+    pub fn attach_client(
+        &self,
+        generation: u64,
+        acl: Acl,
+        expiry: SessionExpiry,
+        client: Option<Arc<ClientInfo>>,
+    ) {
         let mut s = self.state();
         s.connection = Some(generation);
+        s.client = client;
         s.replace_acl(acl, self.client_id());
         // A new connection has sent none of the pending ids yet: it resends those it still
         // has in flight (with DUP, or as PUBREL), and only those count against its window.
@@ -172,6 +187,7 @@ impl Session {
             return false;
         }
         s.connection = None;
+        s.client = None;
         s.waker = None;
         s.disconnected_at = Some(now);
         self.online.store(false, Ordering::Release);
@@ -215,6 +231,11 @@ impl Session {
     /// already sent are past the point of delivery.)
     pub fn set_acl(&self, acl: Acl) {
         self.state().replace_acl(acl, self.client_id());
+    }
+
+    /// Who the attached connection is, if one is attached and its front end said.
+    pub fn client(&self) -> Option<Arc<ClientInfo>> {
+        self.state().client.clone()
     }
 
     /// The session expiry.

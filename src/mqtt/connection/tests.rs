@@ -174,6 +174,12 @@ async fn a_second_connection_takes_the_session_over() {
     let mut new = Client::open(&ctx, ProtocolVersion::V5);
     let connack = new.connect("same", 60, false).await;
     assert!(connack.session_present, "the session, with its subscription, moved");
+    let session = ctx.broker.session(&mesgd_core::model::SessionKey::mqtt("same")).unwrap();
+    let client = session.client().expect("the connection says who it is");
+    assert_eq!(
+        (client.protocol, &*client.listener, &*client.provider),
+        (mesgd_core::auth::Protocol::Mqtt5, "memory", "anonymous")
+    );
     let Some(Packet::Disconnect(d)) = old.recv().await else { panic!("the old connection is told") };
     assert_eq!(d.reason_code, ReasonCode::SessionTakenOver);
     let mut publisher = Client::open(&ctx, ProtocolVersion::V311);
