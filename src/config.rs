@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod http;
+pub use http::HttpConfig;
+
 /// The configuration `mesgd serve` runs without `--config`: a local-only broker.
 pub const EMBEDDED_DEFAULT: &str = r#"
 [[listeners]]
@@ -77,6 +80,9 @@ pub struct Config {
     /// MQTT protocol features.
     #[serde(default)]
     pub mqtt: MqttConfig,
+    /// The REST API and `/metrics` on `http` listeners.
+    #[serde(default)]
+    pub http: HttpConfig,
     /// The directory relative paths in the file are resolved against: the config file's own
     /// directory, or the working directory for the embedded default.
     #[serde(skip)]
@@ -361,6 +367,7 @@ impl Config {
         if self.mqtt.max_qos > 2 {
             return Err(invalid("mqtt.max_qos", "must be 0, 1 or 2"));
         }
+        self.http.validate().map_err(|(key, message)| invalid(key, message))?;
         if self.log.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
             return Err(invalid("log.level", format!("{:?} is not a valid log filter", self.log.level)));
         }

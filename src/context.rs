@@ -24,6 +24,10 @@ pub struct ServerContext {
     pub(crate) login_guard: LoginGuard,
     pub(crate) services: Services,
     pub(crate) mqtt: mqtt::Settings,
+    /// What `/metrics` exposes; front ends register their own metrics here.
+    pub metrics: crate::metrics::Metrics,
+    /// The REST API's sessions and login guard.
+    pub(crate) api: crate::http::api::ApiState,
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
     /// protocol's own first message).
     pub(crate) connect_timeout: Duration,
@@ -37,6 +41,8 @@ impl ServerContext {
             login_guard: LoginGuard::new(config.auth.failed_login.clone()),
             services,
             mqtt: mqtt::Settings::from_config(config),
+            metrics: crate::metrics::Metrics::new(),
+            api: crate::http::api::ApiState::new(&config.http),
             connect_timeout: Duration::from_millis(config.limits.connect_timeout_ms),
         }
     }

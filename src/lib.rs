@@ -14,7 +14,9 @@
 //!   byte stream.
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
 //! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
-//! - [`login_guard`]: slowing down repeated authentication failures.
+//! - [`login_guard`]: slowing down repeated authentication failures (and locking out, for
+//!   administrators).
+//! - [`metrics`]: the Prometheus registry `/metrics` serves, and how front ends add to it.
 //! - `clock`: the clock the front ends read (Tokio's, so tests can pause it).
 //! - `linger`: closing a connection so that the peer reads our last packet.
 //! - [`logging`]: `tracing` set-up for the binary.
@@ -27,6 +29,7 @@ mod linger;
 mod listener;
 pub mod logging;
 pub mod login_guard;
+pub mod metrics;
 mod mqtt;
 pub mod persist;
 pub mod server;

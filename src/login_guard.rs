@@ -5,6 +5,9 @@
 //! on every attempt and a reconnect storm of bad credentials cannot keep the providers (or a
 //! webhook behind them) busy. Memory is bounded: at most `max_tracked` addresses and usernames
 //! are remembered; beyond that the stalest entries are forgotten first.
+//!
+//! With a [`Lockout`] (the administrators' login), repeated failures also refuse further attempts
+//! outright for a while: the address, and the username from any address.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -53,12 +56,25 @@ enum Key {
 struct Record {
     failures: u32,
     last: Instant,
+    /// Set once `failures` reaches the lockout's count: attempts are refused until then.
+    locked_until: Option<Instant>,
+}
+
+/// Refusing attempts outright for a while after repeated failures (the administrators' login;
+/// MQTT clients are only slowed down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lockout {
+    /// Failures within the guard's window that lock.
+    pub failures: u32,
+    /// How long the lock lasts.
+    pub duration: Duration,
 }
 
 /// Tracks failures and computes delays.
 #[derive(Debug)]
 pub struct LoginGuard {
     config: FailedLoginConfig,
+    lockout: Option<Lockout>,
     records: Mutex<HashMap<Key, Record>>,
     hasher: std::collections::hash_map::RandomState,
 }
@@ -66,7 +82,25 @@ pub struct LoginGuard {
 impl LoginGuard {
     /// A guard with these settings.
     pub fn new(config: FailedLoginConfig) -> Self {
-        LoginGuard { config, records: Mutex::new(HashMap::new()), hasher: Default::default() }
+        LoginGuard::with_lockout(config, None)
+    }
+
+    /// A guard that also locks an address or a username out after `lockout.failures` failures.
+    pub fn with_lockout(config: FailedLoginConfig, lockout: Option<Lockout>) -> Self {
+        let lockout = lockout.filter(|l| l.failures > 0);
+        LoginGuard { config, lockout, records: Mutex::new(HashMap::new()), hasher: Default::default() }
+    }
+
+    /// How much longer attempts from `addr` or for `username` are refused, if they are locked out.
+    pub fn locked_for(&self, addr: IpAddr, username: Option<&str>) -> Option<Duration> {
+        self.lockout?;
+        let now = crate::clock::now();
+        let records = lock(&self.records);
+        self.keys(addr, username)
+            .filter_map(|k| records.get(&k)?.locked_until)
+            .filter(|until| *until > now)
+            .map(|until| until - now)
+            .max()
     }
 
     /// Usernames are tracked by a keyed hash, so the table never holds the names themselves.
@@ -107,25 +141,31 @@ impl LoginGuard {
 
     /// Records a failed attempt.
     pub fn failed(&self, addr: IpAddr, username: Option<&str>) {
-        if self.config.max_failures == 0 {
+        if self.config.max_failures == 0 && self.lockout.is_none() {
             return;
         }
         let now = crate::clock::now();
         let window = self.window();
         let mut records = lock(&self.records);
         for key in self.keys(addr, username) {
-            let r = records.entry(key).or_insert(Record { failures: 0, last: now });
-            if now.duration_since(r.last) >= window {
+            let r = records.entry(key).or_insert(Record { failures: 0, last: now, locked_until: None });
+            let lock_over = r.locked_until.is_some_and(|until| until <= now);
+            if now.duration_since(r.last) >= window || lock_over {
                 r.failures = 0;
+                r.locked_until = None;
             }
             r.failures = r.failures.saturating_add(1);
             r.last = now;
             if r.failures == self.config.max_failures {
-                tracing::warn!(?key, "repeated authentication failures: slowing down further attempts");
+                tracing::warn!(%key, "repeated authentication failures: slowing down further attempts");
+            }
+            if let Some(lockout) = self.lockout.filter(|l| r.failures >= l.failures && r.locked_until.is_none()) {
+                r.locked_until = Some(now + lockout.duration);
+                tracing::warn!(%key, seconds = lockout.duration.as_secs(), "repeated login failures: locked out");
             }
         }
         if records.len() > self.config.max_tracked {
-            records.retain(|_, r| now.duration_since(r.last) < window);
+            records.retain(|_, r| now.duration_since(r.last) < window || r.locked_until.is_some_and(|u| u > now));
             while records.len() > self.config.max_tracked {
                 let Some(stalest) = records.iter().min_by_key(|(_, r)| r.last).map(|(k, _)| *k) else {
                     break;
@@ -209,6 +249,27 @@ mod tests {
             g.failed(IpAddr::from([10, 0, 1, i]), None);
         }
         assert!(g.records.lock().unwrap().len() <= 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lockout_refuses_the_address_and_the_name_until_it_ends() {
+        let config = FailedLoginConfig { max_failures: 1, window_s: 300, ..Default::default() };
+        let g = LoginGuard::with_lockout(config, Some(Lockout { failures: 3, duration: Duration::from_secs(600) }));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        for _ in 0..2 {
+            g.failed(a, Some("root"));
+        }
+        assert_eq!(g.locked_for(a, Some("root")), None, "two failures are not enough");
+        g.failed(a, Some("root"));
+        assert_eq!(g.locked_for(a, Some("root")), Some(Duration::from_secs(600)));
+        assert!(g.locked_for(b, Some("root")).is_some(), "the name is locked from anywhere");
+        assert!(g.locked_for(a, Some("other")).is_some(), "the address is locked for any name");
+        assert_eq!(g.locked_for(b, Some("other")), None);
+        tokio::time::advance(Duration::from_secs(601)).await;
+        assert_eq!(g.locked_for(a, Some("root")), None, "the lock ends");
+        g.failed(a, Some("root"));
+        assert_eq!(g.locked_for(a, Some("root")), None, "and the count starts again");
     }
 
     #[test]

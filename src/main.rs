@@ -1,5 +1,6 @@
 //! The `mesgd` command line: `mesgd serve` runs the broker; `mesgd user` and `mesgd acl` manage
-//! the builtin user store, also while the broker runs; `mesgd forge`, `mesgd check` and `mesgd
+//! the builtin user store, also while the broker runs; `mesgd admin` manages the administrators
+//! and API tokens of the REST API; `mesgd forge`, `mesgd check` and `mesgd
 //! keys` make, try and manage PKI tokens; `mesgd plugin check` inspects a plugin library.
 //!
 //! Exit status: 0 on success; 1 on failure, and for `check` when the token does not admit the
@@ -38,6 +39,10 @@ enum Command {
     /// Manage builtin users' ACL rules.
     #[command(subcommand)]
     Acl(mesgd_providers::builtin::AclCommand),
+    /// Manage the administrators of the REST API and console, and API tokens (in
+    /// <storage.dir>/config.db).
+    #[command(subcommand)]
+    Admin(mesgd_providers::builtin::AdminCommand),
     /// Print a claim token for KEY VALUE pairs (saves nothing but the server keys, made on
     /// first use in <storage.dir>/keys).
     Forge(mesgd_providers::tokens::cli::ForgeArgs),
@@ -231,6 +236,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let db = user_db(&config)?;
             let stdin = std::io::stdin();
             mesgd_providers::builtin::run_user_command(cmd, &db, &mut std::io::stdout(), &mut stdin.lock())?;
+        }
+        Command::Admin(cmd) => {
+            let db = user_db(&config)?;
+            let stdin = std::io::stdin();
+            mesgd_providers::builtin::run_admin_command(cmd, &db, &mut std::io::stdout(), &mut stdin.lock())?;
         }
         Command::Acl(cmd) => {
             let db = user_db(&config)?;

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ListenerKind};
 use crate::context::ServerContext;
 use crate::listener::{self, Connections, Endpoint};
+use crate::metrics::broker::BrokerCollector;
 use crate::persist::{self, WriterHandle};
 use crate::tls::{ReloadableAcceptor, TlsError};
 
@@ -57,6 +58,17 @@ pub enum StartError {
         /// What is wrong.
         source: TlsError,
     },
+    /// The builtin store (`config.db`), which the REST API needs, cannot be opened.
+    #[error("the user store for the REST API: {0}")]
+    UserStore(mesgd_providers::builtin::StoreError),
+    /// `[http] metrics_token_file` cannot be read (or is empty).
+    #[error("[http] metrics_token_file {}: {source}", path.display())]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The storage directory is unusable.
     #[error("storage directory {dir}: {source}")]
     Storage {
@@ -90,6 +102,22 @@ pub struct Server {
     persistence: Option<WriterHandle>,
 }
 
+/// The token `/metrics` requires, from `[http] metrics_token` or `metrics_token_file`.
+fn metrics_token(config: &Config) -> Result<Option<String>, StartError> {
+    if let Some(token) = &config.http.metrics_token {
+        return Ok(Some(token.trim().to_owned()));
+    }
+    let Some(file) = &config.http.metrics_token_file else { return Ok(None) };
+    let path = config.resolve(file);
+    let text = std::fs::read_to_string(&path).map_err(|source| StartError::TokenFile { path: path.clone(), source })?;
+    let token = text.trim();
+    if token.is_empty() {
+        let source = std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is empty");
+        return Err(StartError::TokenFile { path, source });
+    }
+    Ok(Some(token.to_owned()))
+}
+
 /// Builds the provider chain, and keeps the services its providers opened.
 fn build_chain(config: &Config) -> Result<(Chain, Services), StartError> {
     let mut ctx =
@@ -97,13 +125,18 @@ fn build_chain(config: &Config) -> Result<(Chain, Services), StartError> {
     let mut registry = mesgd_providers::Registry::with_builtin_providers();
     mesgd_plugin_host::register(&mut registry);
     let chain = registry.build_chain(&config.auth.providers, config.auth.allow_anonymous, &mut ctx)?;
+    // The REST API manages users and authenticates administrators through the same directory
+    // the builtin provider uses; without a builtin provider it is opened here for the API alone.
+    if config.listeners.iter().any(|l| l.kind == ListenerKind::Http) {
+        ctx.user_directory().map_err(StartError::UserStore)?;
+    }
     Ok((chain, std::mem::take(ctx.services_mut())))
 }
 
 impl Server {
     /// Builds the broker from `config`, binds every listener and starts serving.
     pub async fn start(config: Config) -> Result<Server, StartError> {
-        if !config.auth.providers.is_empty() {
+        if !config.auth.providers.is_empty() || config.listeners.iter().any(|l| l.kind == ListenerKind::Http) {
             let dir = config.storage_dir();
             std::fs::create_dir_all(&dir).map_err(|source| StartError::Storage { dir, source })?;
         }
@@ -119,12 +152,22 @@ impl Server {
         // The two clocks, read once: the broker derives wall times from the instants it is given.
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
         let persistence = persist::open(&config.storage_dir(), &config.storage, &broker)?;
+        let journal = persistence.as_ref().map(|p| p.journal.clone());
         let persistence = persistence.map(|p| {
             let journal: Arc<dyn mesgd_core::journal::Journal> = p.journal.clone();
             broker.set_journal(&journal);
             p.writer
         });
         let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services));
+        ctx.metrics.register_collector(Box::new(BrokerCollector::new(
+            broker.clone(),
+            ctx.chain.clone(),
+            journal,
+            config.storage_dir(),
+        )));
+        if let Some(token) = metrics_token(&config)? {
+            ctx.metrics.require_token(token);
+        }
         let (stop, stopped) = watch::channel(false);
         let connections = Arc::new(Connections::default());
         let mut listeners = Vec::new();

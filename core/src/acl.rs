@@ -258,11 +258,7 @@ impl Acl {
         let mut read = Vec::new();
         let mut write = Vec::new();
         for rule in rules {
-            let Some(pattern) = substitute(&rule.pattern, username, client_id) else { continue };
-            if pattern.starts_with('$') && !rule.pattern.starts_with('$') {
-                continue;
-            }
-            let Ok(filter) = TopicFilter::try_from(&*pattern) else { continue };
+            let Some(filter) = substituted_filter(rule, username, client_id) else { continue };
             let entry = Entry { filter, allow: rule.permission != Permission::Deny };
             if rule.permission.decides(Access::Read) {
                 read.push(entry.clone());
@@ -405,6 +401,68 @@ impl Acl {
         }
         false
     }
+}
+
+/// Which rule decides an access, as [`explain`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Explanation {
+    /// There is no rule list: everything is allowed.
+    Unrestricted,
+    /// The rule at `index` (0-based, in the list as given) is the first that matches the access;
+    /// `allowed` is false when it is a `deny` rule.
+    Rule {
+        /// The rule's position in the list, from 0.
+        index: usize,
+        /// Whether the rule allows the access.
+        allowed: bool,
+    },
+    /// No rule matches the access: denied.
+    NoMatch,
+}
+
+impl Explanation {
+    /// The decision: what [`Acl::allows`] answers for the same inputs.
+    pub fn allowed(self) -> bool {
+        match self {
+            Explanation::Unrestricted => true,
+            Explanation::Rule { allowed, .. } => allowed,
+            Explanation::NoMatch => false,
+        }
+    }
+}
+
+/// Explains the decision [`Acl::compile`]`(rules, username, client_id).allows(access, topic)`
+/// makes: which rule decides it, by its position in `rules`. For operators (the REST API's ACL
+/// tester); it substitutes and parses every rule it looks at, so it allocates and is not for the
+/// message path. It shares the substitution with [`Acl::compile`], so a rule that matches nothing
+/// there (an unsafe `%u` value, a pattern made `$`-topic by substitution) matches nothing here.
+pub fn explain(
+    rules: Option<&[Rule]>,
+    username: Option<&str>,
+    client_id: &str,
+    access: Access,
+    topic: &TopicName,
+) -> Explanation {
+    let Some(rules) = rules else { return Explanation::Unrestricted };
+    rules
+        .iter()
+        .enumerate()
+        .filter(|(_, rule)| rule.permission.decides(access))
+        .find(|(_, rule)| substituted_filter(rule, username, client_id).is_some_and(|f| f.matches(topic)))
+        .map_or(Explanation::NoMatch, |(index, rule)| Explanation::Rule {
+            index,
+            allowed: rule.permission != Permission::Deny,
+        })
+}
+
+/// The filter `rule` stands for in a client's ACL once `%u` and `%c` are substituted, or `None`
+/// when it matches nothing (see the [module documentation](self)).
+fn substituted_filter(rule: &Rule, username: Option<&str>, client_id: &str) -> Option<TopicFilter> {
+    let pattern = substitute(&rule.pattern, username, client_id)?;
+    if pattern.starts_with('$') && !rule.pattern.starts_with('$') {
+        return None;
+    }
+    TopicFilter::try_from(&*pattern).ok()
 }
 
 /// Whether `pattern` matches every topic that `filter` matches (a sufficient test: some covers

@@ -417,3 +417,53 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn explain_names_the_deciding_rule() {
+    let list = rules(&[("a/#", Write), ("devices/%u/#", Read), ("devices/#", Deny), ("#", ReadWrite)]);
+    let why = |access, topic: &str| explain(Some(&list), Some("bob"), "c", access, &name(topic));
+    assert_eq!(why(Access::Read, "a/x"), Explanation::Rule { index: 3, allowed: true });
+    assert_eq!(why(Access::Write, "a/x"), Explanation::Rule { index: 0, allowed: true });
+    assert_eq!(why(Access::Read, "devices/bob/t"), Explanation::Rule { index: 1, allowed: true });
+    assert_eq!(why(Access::Read, "devices/eve/t"), Explanation::Rule { index: 2, allowed: false });
+    assert_eq!(why(Access::Read, "$SYS/x"), Explanation::NoMatch);
+    assert!(!Explanation::NoMatch.allowed());
+    assert_eq!(explain(None, None, "c", Access::Write, &name("x")), Explanation::Unrestricted);
+    // An unsafe username voids the %u rule: the next matching rule decides.
+    let evil = explain(Some(&list), Some("#"), "c", Access::Read, &name("devices/x/t"));
+    assert_eq!(evil, Explanation::Rule { index: 2, allowed: false });
+}
+
+fn pattern_with_variables() -> impl Strategy<Value = String> {
+    let level = prop_oneof![Just("a"), Just("%u"), Just("%c"), Just("x%u"), Just("$x"), Just("+")];
+    (prop::collection::vec(level, 1..4), any::<bool>()).prop_map(|(levels, hash)| {
+        let text = levels.join("/");
+        if hash { format!("{text}/#") } else { text }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// `explain` is the operator's view of `allows`: it must give the same decision, and the rule
+    /// it names must be the first one that matches in the reference reading.
+    #[test]
+    fn explain_agrees_with_allows(
+        list in prop::collection::vec((prop_oneof![pattern(), pattern_with_variables()], permission()), 0..7),
+        username in prop_oneof![Just(None), Just(Some("a")), Just(Some("u")), Just(Some("#")), Just(Some("$x"))],
+        client_id in prop_oneof![Just("c"), Just("a"), Just("c/d"), Just("")],
+    ) {
+        let rules: Vec<Rule> = list.into_iter().map(|(p, perm)| Rule::new(p, perm)).collect();
+        let acl = Acl::compile(Some(&rules), username, client_id);
+        for topic in all_topics(4) {
+            for access in [Access::Read, Access::Write] {
+                let why = explain(Some(&rules), username, client_id, access, &topic);
+                prop_assert_eq!(why.allowed(), acl.allows(access, &topic), "{:?} {} {:?}", access, topic, why);
+                if let Explanation::Rule { index, allowed } = why {
+                    prop_assert!(rules[index].permission.decides(access));
+                    prop_assert_eq!(allowed, rules[index].permission != Deny);
+                }
+            }
+        }
+    }
+}

@@ -20,6 +20,11 @@ use tokio::sync::watch;
 
 use crate::acl::Rule;
 
+mod stats;
+
+pub use self::stats::{ChainStats, ProviderCounters, ProviderCounts};
+use self::stats::Answer;
+
 /// A boxed, sendable future: what a dyn-compatible async trait method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -400,11 +405,12 @@ impl fmt::Debug for ChainEntry {
 /// The default limit on one provider's decision, when its config sets none.
 pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The ordered chain of providers plus the anonymous fallback.
+/// The ordered chain of providers plus the anonymous fallback. Clones share their counters.
 #[derive(Clone, Debug, Default)]
 pub struct Chain {
     entries: Vec<ChainEntry>,
     allow_anonymous: bool,
+    stats: Arc<ChainStats>,
 }
 
 /// The chain's verdict.
@@ -419,7 +425,13 @@ pub enum Verdict {
 impl Chain {
     /// A chain of `entries` tried in order, with the anonymous fallback on or off.
     pub fn new(entries: Vec<ChainEntry>, allow_anonymous: bool) -> Self {
-        Chain { entries, allow_anonymous }
+        let stats = Arc::new(ChainStats::new(entries.len()));
+        Chain { entries, allow_anonymous, stats }
+    }
+
+    /// What the providers and the fallback decided so far, and how long decisions took.
+    pub fn stats(&self) -> &ChainStats {
+        &self.stats
     }
 
     /// Whether clients without a username fall through to anonymous.
@@ -434,12 +446,28 @@ impl Chain {
 
     /// Runs the chain for one connect attempt.
     pub async fn authenticate(&self, info: &ConnectInfo) -> Verdict {
-        for entry in &self.entries {
+        let started = tokio::time::Instant::now();
+        let verdict = self.decide(info).await;
+        self.stats.latency().record(started.elapsed());
+        verdict
+    }
+
+    async fn decide(&self, info: &ConnectInfo) -> Verdict {
+        for (index, entry) in self.entries.iter().enumerate() {
             let name = entry.provider.name();
             let answer = match tokio::time::timeout(entry.timeout, entry.provider.authenticate(info)).await {
                 Ok(answer) => answer,
                 Err(_) => Err(ProviderError::Timeout(entry.timeout)),
             };
+            self.stats.count(
+                index,
+                match &answer {
+                    Ok(Outcome::Allow(_)) => Answer::Allow,
+                    Ok(Outcome::Deny(_)) => Answer::Deny,
+                    Ok(Outcome::Next) => Answer::Next,
+                    Err(_) => Answer::Error,
+                },
+            );
             match answer {
                 Ok(Outcome::Allow(identity)) => return Verdict::Allowed(identity),
                 Ok(Outcome::Deny(denial)) => return Verdict::Denied(denial),
@@ -457,7 +485,9 @@ impl Chain {
                 },
             }
         }
-        if info.username.is_none() && self.allow_anonymous {
+        let anonymous = info.username.is_none() && self.allow_anonymous;
+        self.stats.count_fallback(anonymous);
+        if anonymous {
             Verdict::Allowed(Identity::anonymous(info.client_id.clone()))
         } else if info.username.is_none() {
             Verdict::Denied(Denial::not_authorized(
@@ -545,6 +575,29 @@ mod tests {
         assert!(
             matches!(chain.authenticate(&info(None)).await, Verdict::Denied(d) if d.reason == DenyReason::BadCredentials)
         );
+    }
+
+    #[tokio::test]
+    async fn every_answer_is_counted_per_provider() {
+        let chain = Chain::new(
+            vec![
+                entry(Fixed { name: "f", answer: fail }, OnError::Next),
+                entry(Fixed { name: "a", answer: next }, OnError::Deny),
+                entry(Fixed { name: "b", answer: allow }, OnError::Deny),
+            ],
+            true,
+        );
+        chain.authenticate(&info(Some("u"))).await;
+        chain.clone().authenticate(&info(None)).await;
+        let counts = |i| chain.stats().provider(i).unwrap().counts();
+        assert_eq!(counts(0), ProviderCounts { error: 2, ..Default::default() });
+        assert_eq!(counts(1), ProviderCounts { next: 2, ..Default::default() });
+        assert_eq!(counts(2), ProviderCounts { allow: 2, ..Default::default() });
+        assert_eq!(chain.stats().latency().snapshot().count, 2, "clones share the counters");
+        let empty = Chain::new(vec![], true);
+        empty.authenticate(&info(None)).await;
+        empty.authenticate(&info(Some("u"))).await;
+        assert_eq!((empty.stats().anonymous_admitted(), empty.stats().unresolved_refused()), (1, 1));
     }
 
     #[tokio::test]

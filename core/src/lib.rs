@@ -33,6 +33,8 @@
 //!   publish and subscribe as an identity, refresh a live identity), the session registry,
 //!   wills, expiry timers and statistics, over the router and the retained store.
 //! - [`sync`]: the poison-recovering lock helpers.
+//! - [`histogram`]: the lock-free fixed-bucket latency histogram (authentication, journal
+//!   commits) that the metrics exporter reads.
 //! - [`relay`]: the sans-I/O JSON relay — framing, the message catalogue, address rules and key
 //!   proof, and the relay's own state (offline queues, rooms, pipes, matchmaking, rate limits).
 
@@ -40,6 +42,7 @@ pub mod acl;
 pub mod auth;
 pub mod broker;
 pub mod content;
+pub mod histogram;
 pub mod journal;
 pub mod model;
 pub mod mqtt;

@@ -1,18 +1,39 @@
 //! The retained-message store: the last retained message of each topic, kept in a
 //! [`TopicTree`] so that a subscribe walks only the branches its filter can match.
 
+use std::collections::BinaryHeap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use crate::model::Message;
 use crate::sync::{read, write};
-use crate::topic::TopicFilter;
+use crate::topic::{TopicFilter, TopicName};
 use crate::trie::TopicTree;
 
 /// Retained messages by topic.
 #[derive(Debug, Default)]
 pub struct RetainedStore {
     tree: RwLock<TopicTree<Arc<Message>>>,
+}
+
+/// A message ordered by its topic, for [`RetainedStore::page`].
+struct ByTopic(Arc<Message>);
+
+impl PartialEq for ByTopic {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.topic == other.0.topic
+    }
+}
+impl Eq for ByTopic {}
+impl PartialOrd for ByTopic {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ByTopic {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.topic.as_str().cmp(other.0.topic.as_str())
+    }
 }
 
 /// What storing a retained message did.
@@ -65,6 +86,42 @@ impl RetainedStore {
         found
     }
 
+    /// The unexpired retained message of `topic`, if there is one.
+    pub fn get(&self, topic: &TopicName, now: Instant) -> Option<Arc<Message>> {
+        read(&self.tree).get(topic).filter(|m| !m.is_expired(now)).cloned()
+    }
+
+    /// Removes the retained message of `topic`; returns whether there was one.
+    pub fn remove(&self, topic: &TopicName) -> bool {
+        write(&self.tree).remove(topic).is_some()
+    }
+
+    /// One page of the unexpired retained messages `filter` matches, ordered by topic: at most
+    /// `limit` of them, with topics after `after` (an earlier page's last topic). For operators
+    /// (the REST API): it visits every match, but holds no more than `limit` of them, so a page
+    /// of a store of millions costs a walk, not a copy.
+    pub fn page(&self, filter: &TopicFilter, after: Option<&str>, limit: usize, now: Instant) -> Vec<Arc<Message>> {
+        // A max-heap by topic of the `limit` smallest topics past the cursor seen so far.
+        let mut kept: BinaryHeap<ByTopic> = BinaryHeap::with_capacity(limit.saturating_add(1).min(4096));
+        if limit == 0 {
+            return Vec::new();
+        }
+        let tree = read(&self.tree);
+        tree.for_each_match(filter, |m| {
+            if m.is_expired(now) || after.is_some_and(|a| m.topic.as_str() <= a) {
+                return;
+            }
+            if kept.len() < limit {
+                kept.push(ByTopic(m.clone()));
+            } else if kept.peek().is_some_and(|largest| m.topic.as_str() < largest.0.topic.as_str()) {
+                kept.pop();
+                kept.push(ByTopic(m.clone()));
+            }
+        });
+        drop(tree);
+        kept.into_sorted_vec().into_iter().map(|m| m.0).collect()
+    }
+
     /// Removes expired messages; returns how many.
     pub fn sweep_expired(&self, now: Instant) -> usize {
         let mut tree = write(&self.tree);
@@ -92,7 +149,6 @@ mod tests {
 
     use super::*;
     use crate::model::{Origin, QoS};
-    use crate::topic::TopicName;
 
     fn msg(topic: &str, payload: &'static [u8]) -> Arc<Message> {
         Arc::new(Message::new(
@@ -119,6 +175,29 @@ mod tests {
         assert_eq!(store.set(&msg("a/b", b"")), RetainChange::Removed);
         assert_eq!(store.set(&msg("a/b", b"")), RetainChange::Unchanged);
         assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn pages_walk_the_matches_in_topic_order() {
+        let store = RetainedStore::new();
+        let now = Instant::now();
+        for t in ["b/2", "a/1", "c/3", "a/0", "x/9", "$SYS/x"] {
+            store.set(&msg(t, b"p"));
+        }
+        let all = TopicFilter::try_from("#").unwrap();
+        let topics = |page: Vec<Arc<Message>>| page.iter().map(|m| m.topic.to_string()).collect::<Vec<_>>();
+        assert_eq!(topics(store.page(&all, None, 2, now)), ["a/0", "a/1"]);
+        assert_eq!(topics(store.page(&all, Some("a/1"), 2, now)), ["b/2", "c/3"]);
+        assert_eq!(topics(store.page(&all, Some("c/3"), 2, now)), ["x/9"]);
+        assert!(store.page(&all, Some("x/9"), 2, now).is_empty());
+        assert!(store.page(&all, None, 0, now).is_empty());
+        let a = TopicFilter::try_from("a/+").unwrap();
+        assert_eq!(topics(store.page(&a, None, 10, now)), ["a/0", "a/1"]);
+        let name = TopicName::try_from("b/2").unwrap();
+        assert!(store.get(&name, now).is_some());
+        assert!(store.remove(&name));
+        assert!(!store.remove(&name));
+        assert!(store.get(&name, now).is_none());
     }
 
     #[test]

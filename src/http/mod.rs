@@ -5,10 +5,12 @@
 //! # Layout
 //!
 //! - [`ws`]: the generic WebSocket upgrade every WebSocket front end calls.
+//! - [`api`]: the REST API under `/api/v1`, with administrator authentication.
 //!
 //! The routes themselves live with their front ends (`crate::mqtt::ws` for MQTT over
 //! WebSocket); [`router`] assembles them per listener kind.
 
+pub(crate) mod api;
 pub(crate) mod ws;
 
 use std::net::SocketAddr;
@@ -45,7 +47,10 @@ pub(crate) struct HttpConnection {
 pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Router {
     let routes = match listener.kind {
         ListenerKind::MqttWs => Router::new().route(listener.ws_path(), any(crate::mqtt::ws::route)),
-        ListenerKind::Http => Router::new().route(MQTT_PATH, any(crate::mqtt::ws::route)),
+        ListenerKind::Http => Router::new()
+            .route(MQTT_PATH, any(crate::mqtt::ws::route))
+            .route(crate::metrics::route::PATH, axum::routing::get(crate::metrics::route::serve))
+            .merge(api::router(ctx)),
         ListenerKind::Mqtt => Router::new(),
     };
     routes.fallback(not_found).with_state(ctx.clone())

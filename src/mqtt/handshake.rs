@@ -72,7 +72,7 @@ async fn send_connack<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-fn protocol_of(version: ProtocolVersion) -> Protocol {
+pub(crate) fn protocol_of(version: ProtocolVersion) -> Protocol {
     match version {
         ProtocolVersion::V31 => Protocol::Mqtt31,
         ProtocolVersion::V311 => Protocol::Mqtt311,

@@ -17,6 +17,7 @@ use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use mesgd_core::histogram::LatencyHistogram;
 use mesgd_core::journal::{Change, Journal};
 use mesgd_core::model::Message;
 use mesgd_core::model::{Delivery, SessionExpiry};
@@ -64,6 +65,8 @@ pub struct SqliteJournal {
     backpressure: AtomicU64,
     wait_for_disk: bool,
     failed: AtomicBool,
+    /// How long each successful commit took, the fsync included (for metrics).
+    commit_latency: LatencyHistogram,
 }
 
 impl Journal for SqliteJournal {
@@ -175,6 +178,11 @@ impl SqliteJournal {
         lock(&self.pending).changes.len()
     }
 
+    /// How long commits took (a transaction of one batch, its fsync included).
+    pub fn commit_latency(&self) -> &LatencyHistogram {
+        &self.commit_latency
+    }
+
     /// How many times a connection had to wait for the backlog to shrink.
     pub fn backpressure_events(&self) -> u64 {
         self.backpressure.load(Ordering::Relaxed)
@@ -258,6 +266,7 @@ pub(crate) fn start(
         backpressure: AtomicU64::new(0),
         wait_for_disk: interval.is_none(),
         failed: AtomicBool::new(false),
+        commit_latency: LatencyHistogram::new(),
     });
     let mut index = MessageIndex::default();
     for (key, id) in entries {
@@ -284,8 +293,10 @@ fn run(journal: &SqliteJournal, mut conn: Connection, interval: Option<Duration>
             batch = std::mem::take(&mut carry);
         }
         if let Some(&(last, _)) = batch.last() {
+            let started = Instant::now();
             match write_batch(&mut conn, &batch, &mut index) {
                 Ok(()) => {
+                    journal.commit_latency.record(started.elapsed());
                     journal.failed.store(false, Ordering::Relaxed);
                     journal.mark_durable(last);
                 }
@@ -623,6 +634,7 @@ mod tests {
             backpressure: AtomicU64::new(0),
             wait_for_disk: false,
             failed: AtomicBool::new(false),
+            commit_latency: LatencyHistogram::new(),
         }
     }
 

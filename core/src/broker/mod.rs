@@ -45,7 +45,7 @@ pub use self::admit::{Admission, AdmitError, Admitted, ClientLock, OnConflict};
 pub use self::identity::IdentityUpdate;
 pub use self::publish::{Forward, PublishPermit, PublishRefused, is_reserved_topic};
 pub use self::restore::RestoredSession;
-pub use self::stats::Stats;
+pub use self::stats::{DropReason, Stats, TRAFFIC_PROTOCOLS, Traffic};
 pub use self::subscribe::SubscribeRefused;
 use self::timers::Timers;
 use crate::journal::{Change, Journal};

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Broker, Stats};
+use super::{Broker, DropReason, Stats};
 use crate::acl::{Access, Acl};
 use crate::journal::Change;
 use crate::model::{Message, Will};
@@ -95,7 +95,10 @@ impl Broker {
         }
         let mut stats = self.router.route(&message);
         if stats.dropped > 0 {
-            Stats::add(&self.stats.messages_dropped, stats.dropped as u64);
+            self.stats.dropped(DropReason::QueueFull, stats.dropped as u64);
+        }
+        if stats.filtered > 0 {
+            Stats::add(&self.stats.deliveries_filtered, stats.filtered as u64);
         }
         stats.durable_seq = stats.durable_seq.max(retained_seq);
         if message.origin.node.is_none() {
@@ -104,6 +107,17 @@ impl Broker {
             }
         }
         stats
+    }
+
+    /// Removes the retained message of `topic`, as an operator asks (the REST API): journalled
+    /// like a client's empty retained publish, but delivered to no subscriber. Returns whether
+    /// there was one.
+    pub fn clear_retained(&self, topic: &TopicName) -> bool {
+        if !self.retained.remove(topic) {
+            return false;
+        }
+        self.record(|| Change::Retained { topic: topic.clone(), message: None });
+        true
     }
 
     /// Installs the cluster forwarder (once).

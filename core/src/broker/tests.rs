@@ -353,3 +353,71 @@ fn wall_time_is_derived_from_the_instant_passed_in() {
     assert_eq!(b.wall_time(mono + Duration::from_secs(5)), wall + Duration::from_secs(5));
     assert_eq!(b.instant_of(wall + Duration::from_secs(7)), mono + Duration::from_secs(7));
 }
+
+/// A journal that keeps what it is given.
+#[derive(Debug, Default)]
+struct Recorded(std::sync::Mutex<Vec<Change>>);
+
+impl Journal for Recorded {
+    fn record(&self, change: Change) -> u64 {
+        let mut changes = self.0.lock().unwrap();
+        changes.push(change);
+        changes.len() as u64
+    }
+
+    fn acks_wait_for_disk(&self) -> bool {
+        false
+    }
+
+    fn poll_durable(&self, _seq: u64, _waker: &std::task::Waker) -> bool {
+        true
+    }
+}
+
+#[test]
+fn clear_retained_is_journalled_and_reaches_no_subscriber() {
+    let b = broker();
+    let now = Instant::now();
+    let journal = Arc::new(Recorded::default());
+    let as_journal: Arc<dyn Journal> = journal.clone();
+    b.set_journal(&as_journal);
+    b.publish(message("r/1", true));
+    let (s, _, _) = connect(&b, "c", true, SessionExpiry::OnDisconnect, now);
+    let opts = SubscribeOptions { retain_handling: RetainHandling::DoNotSend, ..SubscribeOptions::with_qos(QoS::AtMostOnce) };
+    b.subscribe_as(&Acl::unrestricted(), &s, filter("r/#"), opts, now).unwrap();
+    let topic = TopicName::try_from("r/1").unwrap();
+    assert!(b.clear_retained(&topic));
+    assert!(!b.clear_retained(&topic), "nothing left to clear");
+    assert!(b.retained().is_empty());
+    assert_eq!(s.queue_len(), 0, "an operator's delete is not a message");
+    let changes = journal.0.lock().unwrap();
+    let retained: Vec<_> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Retained { topic, message } => Some((topic.to_string(), message.is_some())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retained, [("r/1".to_string(), true), ("r/1".to_string(), false)]);
+}
+
+#[test]
+fn routing_counts_filtered_deliveries_and_drops_by_reason() {
+    let b = broker();
+    let now = Instant::now();
+    let (s, _, _) = connect(&b, "c", true, SessionExpiry::OnDisconnect, now);
+    let opts = SubscribeOptions::with_qos(QoS::AtMostOnce);
+    b.subscribe_as(&Acl::unrestricted(), &s, filter("t/#"), opts, now).unwrap();
+    s.set_acl(Acl::compile(Some(&[Rule::new("t/ok", Permission::Read)]), None, "c"));
+    b.publish(message("t/ok", false));
+    b.publish(message("t/hidden", false));
+    assert_eq!(Stats::get(&b.stats().deliveries_filtered), 1);
+    b.stats().dropped(DropReason::Expired, 2);
+    assert_eq!(Stats::get(&b.stats().messages_dropped), 2);
+    assert_eq!(Stats::get(&b.stats().dropped_expired), 2);
+    let mqtt5 = b.stats().traffic(crate::auth::Protocol::Mqtt5);
+    Stats::add(&mqtt5.bytes_in, 7);
+    let by_protocol: Vec<_> =
+        b.stats().traffic_by_protocol().map(|(p, t)| (p.as_str(), Stats::get(&t.bytes_in))).collect();
+    assert!(by_protocol.contains(&("mqtt-5", 7)) && by_protocol.contains(&("mqtt-3.1.1", 0)));
+}

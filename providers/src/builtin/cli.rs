@@ -18,8 +18,7 @@ use mesgd_core::acl::{Permission, Rule};
 
 use super::store::{AuthType, Store, StoreError, UserRecord};
 
-/// The longest password accepted from a prompt or standard input, in bytes.
-const MAX_PASSWORD_LEN: usize = 4096;
+use super::password::{MAX_PASSWORD_LEN, PasswordError, check_new_password};
 
 /// `mesgd user ...`: manage builtin users.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Subcommand)]
@@ -283,7 +282,7 @@ fn show_user(user: &UserRecord, out: &mut dyn Write) -> std::io::Result<()> {
 }
 
 /// The new password: one line of `stdin`, or asked twice at the terminal.
-fn read_new_password(name: &str, from_stdin: bool, stdin: &mut dyn BufRead) -> Result<Vec<u8>, CliError> {
+pub(super) fn read_new_password(name: &str, from_stdin: bool, stdin: &mut dyn BufRead) -> Result<Vec<u8>, CliError> {
     let password = if from_stdin {
         read_password_line(stdin)?
     } else {
@@ -295,13 +294,12 @@ fn read_new_password(name: &str, from_stdin: bool, stdin: &mut dyn BufRead) -> R
         }
         first.into_bytes()
     };
-    if password.is_empty() {
-        return Err(CliError::EmptyPassword);
+    match check_new_password(&password) {
+        Ok(()) => Ok(password),
+        Err(PasswordError::Empty) => Err(CliError::EmptyPassword),
+        Err(PasswordError::TooLong) => Err(CliError::PasswordTooLong),
+        Err(other) => Err(StoreError::Password(other).into()),
     }
-    if password.len() > MAX_PASSWORD_LEN {
-        return Err(CliError::PasswordTooLong);
-    }
-    Ok(password)
 }
 
 /// One line, without its line ending; reads at most a little past the limit.

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use mesgd_core::auth::{Denial, Identity, IdentityState, IdentityUpdater, LiveIdentity, Outcome, Revocation};
 use rusqlite::Connection;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 
 use super::cache::VerifyCache;
 use super::lookup::{LookupCounts, LookupStats, MissState, bump};
@@ -57,8 +57,9 @@ struct Inner {
     live: Mutex<HashMap<String, Tracked>>,
     verify_cache: VerifyCache,
     poll_interval_ms: AtomicU64,
-    /// Wakes the poll thread early; dropping it (with `Inner`) stops the thread.
-    wake: mpsc::Sender<()>,
+    /// Wakes the poll thread early, with a reply for [`UserDirectory::sync`] or without one;
+    /// dropping it (with `Inner`) stops the thread.
+    wake: mpsc::Sender<Option<oneshot::Sender<()>>>,
     /// Counts applied changes, for whoever wants to react to them (an admin view, a test).
     applied: watch::Sender<u64>,
     /// What store reads on a miss learnt in this generation of the copy.
@@ -91,7 +92,7 @@ impl UserDirectory {
         let store = Store::open(db_path)?;
         // The poll thread has its own connection: `data_version` only moves for commits made
         // by *other* connections, and this one never writes.
-        let mut poll_conn = store::open_connection(db_path)?;
+        let mut poll_conn = super::schema::open_connection(db_path)?;
         let version = data_version(&poll_conn, db_path)?;
         let snapshot = into_snapshot(store::load_all(&mut poll_conn, db_path)?);
         let (wake, woken) = mpsc::channel();
@@ -131,7 +132,18 @@ impl UserDirectory {
     /// Asks the poll thread to check for changes now instead of at its next tick.
     pub fn check_now(&self) {
         // The thread only stops when `Inner` (and with it this sender) is gone.
-        let _ = self.inner.wake.send(());
+        let _ = self.inner.wake.send(None);
+    }
+
+    /// Checks for changes now and returns once they are applied: connected clients of every
+    /// user changed before the call have been told (new rules installed, or revoked). What the
+    /// REST API awaits after each change, so its answer means the change is live.
+    pub async fn sync(&self) {
+        let (reply, applied) = oneshot::channel();
+        if self.inner.wake.send(Some(reply)).is_ok() {
+            // An error means the thread is gone (the directory is being dropped): nothing to wait for.
+            let _ = applied.await;
+        }
     }
 
     /// How many records the in-memory copy holds.
@@ -345,16 +357,26 @@ fn data_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
 }
 
 /// The poll thread: runs until the directory is dropped.
-fn poll_loop(inner: &Weak<Inner>, mut conn: Connection, woken: &mpsc::Receiver<()>, mut seen: i64) {
+fn poll_loop(
+    inner: &Weak<Inner>,
+    mut conn: Connection,
+    woken: &mpsc::Receiver<Option<oneshot::Sender<()>>>,
+    mut seen: i64,
+) {
     let mut failing = false;
+    let mut replies = Vec::new();
     loop {
         let Some(interval) = inner.upgrade().map(|i| i.poll_interval_ms.load(Ordering::Relaxed)) else {
             return;
         };
         match woken.recv_timeout(Duration::from_millis(interval)) {
-            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(reply) => replies.extend(reply),
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
+        // Every request already sent is answered by this one check: its change was committed
+        // before it was sent.
+        replies.extend(woken.try_iter().flatten());
         let Some(inner) = inner.upgrade() else { return };
         let path = inner.store.path().to_path_buf();
         let result = data_version(&conn, &path).and_then(|version| {
@@ -381,5 +403,8 @@ fn poll_loop(inner: &Weak<Inner>, mut conn: Connection, woken: &mpsc::Receiver<(
             Err(_) => {}
         }
         inner.prune();
+        for reply in replies.drain(..) {
+            let _ = reply.send(());
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The builtin user store and the `builtin` provider: users and their ACL rules in SQLite at
-//! `<storage.dir>/config.db`, managed from the command line (and later the admin console)
+//! `<storage.dir>/config.db`, managed from the command line and the REST API
 //! while the broker runs.
 //!
 //! - [`store`]: the database and its management API ([`Store`]).
@@ -10,17 +10,27 @@
 //! - [`lookup`]: reading one user from the store when the copy lacks it, bounded.
 //! - `cache`: remembered password checks.
 //! - [`cli`]: `mesgd user ...` and `mesgd acl ...`.
+//! - [`admin`]: administrators and API tokens (the console and the REST API), and
+//!   [`admin_cli`]: `mesgd admin ...`.
+//! - `schema`: the schema of `config.db`, its migrations, and how a connection is opened.
 
+pub mod admin;
+pub mod admin_cli;
 mod cache;
 pub mod cli;
 pub mod live;
 pub mod lookup;
 pub mod password;
 pub mod provider;
+mod schema;
 pub mod store;
 
 pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};
 pub use live::UserDirectory;
 pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
-pub use store::{AuthType, CONFIG_DB_FILE, Store, StoreError, UserRecord, config_db_path};
+pub use admin::{AdminRecord, NewToken, Scope, TokenRecord};
+pub use admin_cli::{AdminCommand, TokenCommand, run_admin_command};
+pub use store::{
+    AuthType, CONFIG_DB_FILE, Store, StoreError, UserChanges, UserQuery, UserRecord, config_db_path,
+};

@@ -77,10 +77,32 @@ pub enum PasswordError {
         "PBKDF2 iteration count {0} is out of range ({MIN_PBKDF2_ITERATIONS} to {MAX_PBKDF2_ITERATIONS})"
     )]
     IterationsOutOfRange(u64),
+    /// A new password that is empty.
+    #[error("the password is empty")]
+    Empty,
+    /// A new password longer than [`MAX_PASSWORD_LEN`] bytes.
+    #[error("the password is longer than {MAX_PASSWORD_LEN} bytes")]
+    TooLong,
+}
+
+/// The longest new password accepted, in bytes.
+pub const MAX_PASSWORD_LEN: usize = 4096;
+
+/// Checks a new password against the rules every way of setting one shares (the command line,
+/// the REST API): not empty, at most [`MAX_PASSWORD_LEN`] bytes.
+pub fn check_new_password(password: &[u8]) -> Result<(), PasswordError> {
+    if password.is_empty() {
+        return Err(PasswordError::Empty);
+    }
+    if password.len() > MAX_PASSWORD_LEN {
+        return Err(PasswordError::TooLong);
+    }
+    Ok(())
 }
 
 /// Hashes `password` with PBKDF2-HMAC-SHA256, `iterations` rounds and a random salt.
 pub fn hash_password(password: &[u8], iterations: u32) -> Result<String, PasswordError> {
+    check_new_password(password)?;
     if !(MIN_PBKDF2_ITERATIONS..=MAX_PBKDF2_ITERATIONS).contains(&iterations) {
         return Err(PasswordError::IterationsOutOfRange(iterations.into()));
     }

@@ -1,7 +1,7 @@
 //! The builtin user store: users and their ACL rules in SQLite at `<storage.dir>/config.db`.
 //!
-//! [`Store`] is the management API (the `mesgd user` / `mesgd acl` commands use it now, the
-//! admin console will later). Every change is one short `BEGIN IMMEDIATE` transaction, so the
+//! [`Store`] is the management API: the `mesgd user` / `mesgd acl` commands and the REST API
+//! call the same methods, so every operation exists once. Every change is one short `BEGIN IMMEDIATE` transaction, so the
 //! broker's [`UserDirectory`](super::UserDirectory) and any number of command-line processes can
 //! use the file at the same time; a change becomes visible to the running broker through
 //! `PRAGMA data_version` (see [`super::live`]).
@@ -11,59 +11,37 @@
 //! file is migrated when it is opened, a newer one is refused. A new file is created readable by
 //! its owner only, since it holds password hashes.
 //!
-//! Schema (version 1):
+//! Schema (version 2; `super::schema` has the history and the migrations):
 //!
 //! ```sql
 //! users(id, username UNIQUE, password_hash NULL, auth_type 'basic'|'x509', disabled, unrestricted)
 //! rules(user_id -> users.id ON DELETE CASCADE, position, pattern, permission)
 //! settings(key PRIMARY KEY, value)   -- e.g. pbkdf2_iterations for new hashes
+//! admins(id, name UNIQUE, password_hash, role 'admin'|'read', created_at)
+//! admin_tokens(id PRIMARY KEY, name UNIQUE, scope 'admin'|'read', secret_sha256, created_at)
 //! ```
+//!
+//! Administrators (the console and the REST API) are managed by the methods in
+//! [`super::admin`]; they are not broker users.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use mesgd_core::acl::{AclError, Permission, Rule};
-use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 
 use super::password::{self, DEFAULT_PBKDF2_ITERATIONS, HashScheme, PasswordError};
+pub use super::schema::SCHEMA_VERSION;
+use super::schema;
 use mesgd_core::sync::lock;
-
-/// The file name of the builtin store inside `storage.dir`.
-pub const CONFIG_DB_FILE: &str = "config.db";
-
-/// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 1;
-
-/// How long a writer waits for another process's transaction before giving up.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The longest username accepted, in bytes.
 pub(crate) const MAX_USERNAME_LEN: usize = 1024;
 
-const SCHEMA_V1: &str = "
-    CREATE TABLE IF NOT EXISTS users (
-        id INTEGER PRIMARY KEY,
-        username TEXT NOT NULL UNIQUE,
-        password_hash TEXT,
-        auth_type TEXT NOT NULL CHECK (auth_type IN ('basic', 'x509')),
-        disabled INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1)),
-        unrestricted INTEGER NOT NULL DEFAULT 0 CHECK (unrestricted IN (0, 1))
-    );
-    CREATE TABLE IF NOT EXISTS rules (
-        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
-        position INTEGER NOT NULL,
-        pattern TEXT NOT NULL,
-        permission TEXT NOT NULL CHECK (permission IN ('read', 'write', 'readwrite', 'deny')),
-        PRIMARY KEY (user_id, position)
-    );
-    CREATE TABLE IF NOT EXISTS settings (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    );
-";
+/// The file name of the builtin store inside `storage.dir`.
+pub const CONFIG_DB_FILE: &str = "config.db";
 
 /// `<storage_dir>/config.db`: where the builtin store lives.
 pub fn config_db_path(storage_dir: &Path) -> PathBuf {
@@ -149,6 +127,45 @@ impl fmt::Debug for UserRecord {
     }
 }
 
+/// Settings of one user to change together ([`Store::modify_user`]); `None` leaves one as it is.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct UserChanges {
+    /// A new password (basic users only), checked by [`password::check_new_password`].
+    pub password: Option<Vec<u8>>,
+    /// A new way to authenticate.
+    pub auth_type: Option<AuthType>,
+    /// Disable (`true`) or enable.
+    pub disabled: Option<bool>,
+    /// Unrestricted (`true`, no ACL) or restricted to the rules.
+    pub unrestricted: Option<bool>,
+}
+
+impl fmt::Debug for UserChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserChanges")
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("auth_type", &self.auth_type)
+            .field("disabled", &self.disabled)
+            .field("unrestricted", &self.unrestricted)
+            .finish()
+    }
+}
+
+/// Which users [`Store::users_page`] returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserQuery<'a> {
+    /// Only names after this one (the last name of the previous page).
+    pub after: Option<&'a str>,
+    /// Only names that start with this.
+    pub prefix: Option<&'a str>,
+    /// Only users of this auth type.
+    pub auth_type: Option<AuthType>,
+    /// Only disabled (`true`) or only enabled users.
+    pub disabled: Option<bool>,
+    /// How many at most.
+    pub limit: usize,
+}
+
 /// A failure of the user store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -232,9 +249,21 @@ pub enum StoreError {
     /// A basic record needs a password.
     #[error("user {0:?} authenticates with a password (auth_type = basic); give one")]
     PasswordRequired(String),
-    /// The password hash or its parameters are unusable.
+    /// The password hash or its parameters are unusable, or a new password breaks the rules.
     #[error(transparent)]
     Password(#[from] PasswordError),
+    /// `admin add` of a name that exists.
+    #[error("administrator {0:?} already exists")]
+    AdminExists(String),
+    /// No administrator by that name.
+    #[error("no administrator {0:?}")]
+    UnknownAdmin(String),
+    /// `admin token create` of a name that exists.
+    #[error("API token {0:?} already exists")]
+    TokenExists(String),
+    /// No API token by that name.
+    #[error("no API token {0:?}")]
+    UnknownToken(String),
 }
 
 /// The management API over one connection to the store.
@@ -252,7 +281,7 @@ impl fmt::Debug for Store {
 impl Store {
     /// Opens (creating it and its directory if needed) and migrates the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let conn = open_connection(path)?;
+        let conn = schema::open_connection(path)?;
         Ok(Store { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
 
@@ -316,47 +345,83 @@ impl Store {
 
     /// Sets a basic user's password (hashed with the configured PBKDF2 count).
     pub fn set_password(&self, username: &str, password: &[u8]) -> Result<(), StoreError> {
-        let hash = password::hash_password(password, self.pbkdf2_iterations()?)?;
-        self.set_password_hash(username, &hash)
+        let changes = UserChanges { password: Some(password.to_vec()), ..UserChanges::default() };
+        self.modify_user(username, &changes).map(drop)
     }
 
     /// Stores a hash made elsewhere (PBKDF2 in mesgd's form, or bcrypt), e.g. when users are
     /// migrated from another broker. The hash is checked before it is stored.
     pub fn set_password_hash(&self, username: &str, hash: &str) -> Result<(), StoreError> {
         password::hash_scheme(hash)?;
-        self.update_user(username, |tx, user_id, auth_type| {
-            if auth_type == AuthType::X509 {
-                return Err(StoreError::X509HasNoPassword(username.to_owned()));
-            }
-            tx.execute("UPDATE users SET password_hash = ?1 WHERE id = ?2", params![hash, user_id])
-                .map_err(|e| self.db(e))?;
-            Ok(())
-        })
+        self.apply_changes(username, &UserChanges::default(), Some(hash)).map(drop)
     }
 
     /// Changes how a user authenticates. Switching to `x509` drops the password hash; a user
     /// switched to `basic` needs [`Store::set_password`] before it can log in.
     pub fn set_auth_type(&self, username: &str, auth_type: AuthType) -> Result<(), StoreError> {
-        self.update_user(username, |tx, user_id, _| {
-            tx.execute(
-                "UPDATE users SET auth_type = ?1,
-                        password_hash = CASE WHEN ?1 = 'x509' THEN NULL ELSE password_hash END
-                 WHERE id = ?2",
-                params![auth_type.as_str(), user_id],
-            )
-            .map_err(|e| self.db(e))?;
-            Ok(())
-        })
+        self.modify_user(username, &UserChanges { auth_type: Some(auth_type), ..UserChanges::default() })
+            .map(drop)
     }
 
     /// Disables (`true`) or enables a user. Disabling closes its connections.
     pub fn set_disabled(&self, username: &str, disabled: bool) -> Result<(), StoreError> {
-        self.set_flag(username, "disabled", disabled)
+        self.modify_user(username, &UserChanges { disabled: Some(disabled), ..UserChanges::default() })
+            .map(drop)
     }
 
     /// Makes a user unrestricted (no ACL) or restricted to its rules.
     pub fn set_unrestricted(&self, username: &str, unrestricted: bool) -> Result<(), StoreError> {
-        self.set_flag(username, "unrestricted", unrestricted)
+        let changes = UserChanges { unrestricted: Some(unrestricted), ..UserChanges::default() };
+        self.modify_user(username, &changes).map(drop)
+    }
+
+    /// Applies `changes` to one user in one transaction and returns the record as it is now:
+    /// the one implementation behind every user setting (the command line sets one at a time,
+    /// the REST API several). Refused as a whole when they contradict each other or the record:
+    /// a password for a user that is (or becomes) `x509`. Switching to `x509` drops the hash.
+    pub fn modify_user(&self, username: &str, changes: &UserChanges) -> Result<UserRecord, StoreError> {
+        // Hashing is slow by design: before the transaction, so no other writer waits for it.
+        let hash = match &changes.password {
+            Some(password) => Some(password::hash_password(password, self.pbkdf2_iterations()?)?),
+            None => None,
+        };
+        self.apply_changes(username, changes, hash.as_deref())
+    }
+
+    fn apply_changes(
+        &self,
+        username: &str,
+        changes: &UserChanges,
+        hash: Option<&str>,
+    ) -> Result<UserRecord, StoreError> {
+        self.update_user(username, |tx, user_id, current| {
+            let db = |e| self.db(e);
+            if hash.is_some() && changes.auth_type.unwrap_or(current) == AuthType::X509 {
+                return Err(StoreError::X509HasNoPassword(username.to_owned()));
+            }
+            if let Some(auth_type) = changes.auth_type {
+                tx.execute(
+                    "UPDATE users SET auth_type = ?1,
+                            password_hash = CASE WHEN ?1 = 'x509' THEN NULL ELSE password_hash END
+                     WHERE id = ?2",
+                    params![auth_type.as_str(), user_id],
+                )
+                .map_err(db)?;
+            }
+            if let Some(hash) = hash {
+                tx.execute("UPDATE users SET password_hash = ?1 WHERE id = ?2", params![hash, user_id])
+                    .map_err(db)?;
+            }
+            if let Some(disabled) = changes.disabled {
+                tx.execute("UPDATE users SET disabled = ?1 WHERE id = ?2", params![disabled, user_id])
+                    .map_err(db)?;
+            }
+            if let Some(unrestricted) = changes.unrestricted {
+                tx.execute("UPDATE users SET unrestricted = ?1 WHERE id = ?2", params![unrestricted, user_id])
+                    .map_err(db)?;
+            }
+            load_user(tx, &self.path, username)?.ok_or_else(|| StoreError::UnknownUser(username.to_owned()))
+        })
     }
 
     /// Removes a user and its rules. Its connections are closed.
@@ -412,6 +477,70 @@ impl Store {
         })
     }
 
+    /// Moves the rule at the 0-based `from` to the 0-based `to` (both must be positions of the
+    /// list; the rules in between shift by one) and returns it.
+    pub fn move_rule(&self, username: &str, from: usize, to: usize) -> Result<Rule, StoreError> {
+        self.edit_rules(username, |rules| {
+            let count = rules.len();
+            let missing = |position| StoreError::NoSuchRule { user: username.to_owned(), position, count };
+            if from >= count {
+                return Err(missing(from));
+            }
+            if to >= count {
+                return Err(missing(to));
+            }
+            let rule = rules.remove(from);
+            rules.insert(to, rule.clone());
+            Ok(rule)
+        })
+    }
+
+    /// Replaces the rule at the 0-based `position` (validated first) and returns the old one.
+    pub fn replace_rule(&self, username: &str, position: usize, rule: Rule) -> Result<Rule, StoreError> {
+        rule.validate()?;
+        self.edit_rules(username, |rules| match rules.get_mut(position) {
+            Some(slot) => Ok(std::mem::replace(slot, rule)),
+            None => Err(StoreError::NoSuchRule { user: username.to_owned(), position, count: rules.len() }),
+        })
+    }
+
+    /// One page of users, ordered by name: at most `query.limit` of those after `query.after`
+    /// that pass its filters.
+    pub fn users_page(&self, query: &UserQuery<'_>) -> Result<Vec<UserRecord>, StoreError> {
+        let conn = self.lock();
+        let db = |e| self.db(e);
+        let mut select = conn
+            .prepare_cached(&format!(
+                "{SELECT_USERS} WHERE username > ?1
+                   AND substr(username, 1, length(?2)) = ?2
+                   AND (?3 IS NULL OR auth_type = ?3)
+                   AND (?4 IS NULL OR disabled = ?4)
+                 ORDER BY username LIMIT ?5"
+            ))
+            .map_err(db)?;
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let rows = select
+            .query_map(
+                params![
+                    query.after.unwrap_or(""),
+                    query.prefix.unwrap_or(""),
+                    query.auth_type.map(AuthType::as_str),
+                    query.disabled,
+                    limit
+                ],
+                read_user_row,
+            )
+            .map_err(db)?
+            .collect::<Result<Vec<UserRow>, _>>()
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|row| {
+                let rules = load_rules(&conn, &self.path, row.0)?;
+                user_from_row(&self.path, row, rules)
+            })
+            .collect()
+    }
+
     /// Removes every rule whose pattern is exactly `pattern`; returns how many there were.
     pub fn remove_rules_with_pattern(&self, username: &str, pattern: &str) -> Result<usize, StoreError> {
         self.edit_rules(username, |rules| {
@@ -427,18 +556,18 @@ impl Store {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave the connection inconsistent: every change
         // is a transaction that SQLite rolls back when it is dropped unfinished.
         lock(&self.conn)
     }
 
-    fn db(&self, source: rusqlite::Error) -> StoreError {
+    pub(super) fn db(&self, source: rusqlite::Error) -> StoreError {
         StoreError::Database { path: self.path.clone(), source }
     }
 
     /// Runs `change` in one immediate transaction.
-    fn write<T>(
+    pub(super) fn write<T>(
         &self,
         change: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
@@ -473,14 +602,6 @@ impl Store {
         Ok(value)
     }
 
-    fn set_flag(&self, username: &str, column: &'static str, value: bool) -> Result<(), StoreError> {
-        self.update_user(username, |tx, user_id, _| {
-            tx.execute(&format!("UPDATE users SET {column} = ?1 WHERE id = ?2"), params![value, user_id])
-                .map_err(|e| self.db(e))?;
-            Ok(())
-        })
-    }
-
     /// Loads a user's rules, lets `edit` change them, and writes them back, all in one
     /// transaction so positions stay dense and concurrent edits cannot interleave.
     fn edit_rules<T>(
@@ -505,67 +626,7 @@ impl Store {
     }
 }
 
-/// Opens a connection with mesgd's settings and brings the schema up to date.
-pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let io_error = |source| StoreError::Open { path: path.to_path_buf(), source };
-    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io_error)?;
-    }
-    create_private_file(path).map_err(io_error)?;
-    let flags =
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-    let conn = Connection::open_with_flags(path, flags).map_err(db_error)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(db_error)?;
-    let mode: String =
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).map_err(db_error)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Corrupt {
-            path: path.to_path_buf(),
-            message: format!("cannot switch to WAL journal mode (got {mode})"),
-        });
-    }
-    conn.pragma_update(None, "synchronous", "FULL").map_err(db_error)?;
-    conn.pragma_update(None, "foreign_keys", true).map_err(db_error)?;
-    migrate(conn, path)
-}
-
-/// Creates an empty file readable by its owner only, unless it exists. SQLite takes an empty
-/// file as a new database; its WAL and shared-memory files inherit the permissions.
-fn create_private_file(path: &Path) -> std::io::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-fn migrate(mut conn: Connection, path: &Path) -> Result<Connection, StoreError> {
-    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
-    let version =
-        |conn: &Connection| conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0));
-    if version(&conn).map_err(db_error)? == SCHEMA_VERSION {
-        return Ok(conn);
-    }
-    // Re-read inside the write transaction: another process may be migrating right now.
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error)?;
-    let found = version(&tx).map_err(db_error)?;
-    if found > SCHEMA_VERSION {
-        return Err(StoreError::SchemaTooNew { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
-    }
-    if found < 1 {
-        tx.execute_batch(SCHEMA_V1).map_err(db_error)?;
-    }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(db_error)?;
-    tx.commit().map_err(db_error)?;
-    Ok(conn)
-}
-
-fn validate_username(username: &str) -> Result<(), StoreError> {
+pub(super) fn validate_username(username: &str) -> Result<(), StoreError> {
     let invalid = |reason| StoreError::InvalidUsername { name: username.to_owned(), reason };
     if username.is_empty() {
         return Err(invalid("it is empty"));

@@ -130,8 +130,33 @@ fn schema_versions_are_checked() {
     conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).expect("bumps");
     drop(conn);
     let error = Store::open(&path).expect_err("refuses a newer schema");
-    assert!(matches!(error, StoreError::SchemaTooNew { found: 2, supported: 1, .. }), "{error:?}");
+    assert!(matches!(error, StoreError::SchemaTooNew { found: 3, supported: 2, .. }), "{error:?}");
     assert!(error.to_string().contains("newer than this mesgd understands"), "{error}");
+}
+
+#[test]
+fn a_version_1_file_is_migrated_and_keeps_its_users() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config_db_path(dir.path());
+    let conn = Connection::open(&path).expect("creates");
+    conn.execute_batch(
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, username TEXT NOT NULL UNIQUE, password_hash TEXT,
+            auth_type TEXT NOT NULL, disabled INTEGER NOT NULL DEFAULT 0, unrestricted INTEGER NOT NULL DEFAULT 0);
+         CREATE TABLE rules (user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL, pattern TEXT NOT NULL, permission TEXT NOT NULL,
+            PRIMARY KEY (user_id, position));
+         CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+         INSERT INTO users (username, auth_type) VALUES ('device', 'x509');
+         PRAGMA user_version = 1;",
+    )
+    .expect("writes a version 1 file");
+    drop(conn);
+    let store = Store::open(&path).expect("migrates");
+    assert_eq!(store.user("device").expect("reads").map(|u| u.auth_type), Some(AuthType::X509));
+    assert_eq!(store.admin_count().expect("the admins table exists"), 0);
+    let version: i64 =
+        Connection::open(&path).unwrap().pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    assert_eq!(version, 2);
 }
 
 #[cfg(unix)]
@@ -152,4 +177,72 @@ fn a_file_that_is_not_sqlite_is_refused() {
     std::fs::write(&path, b"this is not a database, just some text that is long enough").expect("writes");
     let error = Store::open(&path).expect_err("refused");
     assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+}
+
+#[test]
+fn modify_user_applies_every_change_or_none() {
+    let (_dir, store) = store();
+    store.add_user("alice", AuthType::Basic, Some(b"pw"), false).expect("adds");
+    let changes = UserChanges { disabled: Some(true), unrestricted: Some(true), ..UserChanges::default() };
+    let alice = store.modify_user("alice", &changes).expect("modifies");
+    assert!(alice.disabled && alice.unrestricted);
+    // A password for a user that becomes x509 contradicts itself: nothing changes.
+    let contradiction = UserChanges {
+        password: Some(b"new".to_vec()),
+        auth_type: Some(AuthType::X509),
+        disabled: Some(false),
+        ..UserChanges::default()
+    };
+    assert!(matches!(store.modify_user("alice", &contradiction), Err(StoreError::X509HasNoPassword(_))));
+    let unchanged = store.user("alice").expect("reads").expect("exists");
+    assert_eq!(unchanged, alice);
+    let empty = UserChanges { password: Some(Vec::new()), ..UserChanges::default() };
+    assert!(matches!(
+        store.modify_user("alice", &empty),
+        Err(StoreError::Password(password::PasswordError::Empty))
+    ));
+    let x509 = store
+        .modify_user("alice", &UserChanges { auth_type: Some(AuthType::X509), ..UserChanges::default() })
+        .expect("switches");
+    assert_eq!((x509.auth_type, x509.password_hash), (AuthType::X509, None));
+    assert!(matches!(store.modify_user("nobody", &changes), Err(StoreError::UnknownUser(_))));
+    assert!(!format!("{contradiction:?}").contains("new"), "Debug hides the password");
+}
+
+#[test]
+fn rules_move_and_replace_in_place() {
+    let (_dir, store) = store();
+    store.add_user("u", AuthType::Basic, Some(b"pw"), false).expect("adds");
+    for p in ["a", "b", "c"] {
+        store.add_rule("u", rule(p, Permission::Read), None).expect("adds");
+    }
+    let patterns = |store: &Store| store.rules("u").unwrap().into_iter().map(|r| r.pattern).collect::<Vec<_>>();
+    assert_eq!(store.move_rule("u", 2, 0).expect("moves").pattern, "c");
+    assert_eq!(patterns(&store), ["c", "a", "b"]);
+    assert_eq!(store.move_rule("u", 0, 2).expect("moves").pattern, "c");
+    assert_eq!(patterns(&store), ["a", "b", "c"]);
+    assert!(matches!(store.move_rule("u", 3, 0), Err(StoreError::NoSuchRule { position: 3, count: 3, .. })));
+    assert!(matches!(store.move_rule("u", 0, 3), Err(StoreError::NoSuchRule { position: 3, .. })));
+    let old = store.replace_rule("u", 1, rule("x/#", Permission::Deny)).expect("replaces");
+    assert_eq!(old.pattern, "b");
+    assert_eq!(patterns(&store), ["a", "x/#", "c"]);
+    assert!(matches!(store.replace_rule("u", 1, rule("a/#/b", Permission::Read)), Err(StoreError::InvalidRule(_))));
+    assert!(matches!(store.replace_rule("u", 9, rule("a", Permission::Read)), Err(StoreError::NoSuchRule { .. })));
+}
+
+#[test]
+fn users_come_in_pages_with_filters() {
+    let (_dir, store) = store();
+    for name in ["dev-2", "alice", "dev-1", "bob", "dev-3"] {
+        store.add_user(name, AuthType::Basic, Some(b"pw"), false).expect("adds");
+    }
+    store.set_disabled("dev-3", true).expect("disables");
+    let names = |q: UserQuery<'_>| store.users_page(&q).unwrap().into_iter().map(|u| u.username).collect::<Vec<_>>();
+    assert_eq!(names(UserQuery { limit: 2, ..UserQuery::default() }), ["alice", "bob"]);
+    assert_eq!(names(UserQuery { limit: 2, after: Some("bob"), ..UserQuery::default() }), ["dev-1", "dev-2"]);
+    assert_eq!(names(UserQuery { limit: 9, prefix: Some("dev-"), ..UserQuery::default() }), ["dev-1", "dev-2", "dev-3"]);
+    assert_eq!(names(UserQuery { limit: 9, disabled: Some(true), ..UserQuery::default() }), ["dev-3"]);
+    assert_eq!(names(UserQuery { limit: 9, auth_type: Some(AuthType::X509), ..UserQuery::default() }), Vec::<String>::new());
+    // LIKE wildcards mean nothing in a prefix.
+    assert_eq!(names(UserQuery { limit: 9, prefix: Some("%"), ..UserQuery::default() }), Vec::<String>::new());
 }

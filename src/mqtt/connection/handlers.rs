@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use mesgd_core::broker::Stats;
 use mesgd_core::journal::Atomic;
 use mesgd_core::model::{Message, MessageProperties, Origin, SessionExpiry, SubscribeOptions, digest};
 use mesgd_core::mqtt::{
@@ -183,6 +184,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 message = message.with_expiry_interval(p.properties.message_expiry_interval, self.now);
             }
             let routed = broker.publish_permitted(permit, message);
+            Stats::add(&self.traffic().messages_in, 1);
             self.hold_until(routed.durable_seq);
             self.routed |= routed.delivered > 0;
             if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {

@@ -228,6 +228,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         c
     }
 
+    /// The traffic counters of this connection's protocol version.
+    fn traffic(&self) -> &mesgd_core::broker::Traffic {
+        self.ctx.broker.stats().traffic(super::handshake::protocol_of(self.version))
+    }
+
     /// Runs the connection to its end, then publishes or schedules the will and hands the
     /// session back to the broker.
     pub(crate) async fn run(mut self: Box<Self>) {

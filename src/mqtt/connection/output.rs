@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use mesgd_core::broker::Stats;
+use mesgd_core::broker::{DropReason, Stats};
 use mesgd_core::model::Delivery;
 use mesgd_core::mqtt::{self, Packet, Publish, PublishProperties, ReasonCode};
 use mesgd_core::session::Outgoing;
@@ -114,7 +114,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if let Some(id) = packet_id {
                 self.session.discard_inflight(id);
             }
-            Stats::add(&self.ctx.broker.stats().messages_dropped, 1);
+            self.ctx.broker.stats().dropped(DropReason::TooLarge, 1);
             tracing::debug!(
                 size,
                 max = self.client_maximum_packet_size,
@@ -123,6 +123,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             return false;
         }
         Stats::add(&self.ctx.broker.stats().messages_sent, 1);
+        Stats::add(&self.traffic().messages_out, 1);
         true
     }
 }

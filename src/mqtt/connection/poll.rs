@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use mesgd_core::broker::{IdentityUpdate, Stats};
+use mesgd_core::broker::{DropReason, IdentityUpdate, Stats};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{Connection, End};
@@ -98,6 +98,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 Poll::Ready(Ok(0)) => return Err(End::Closed),
                 Poll::Ready(Ok(n)) => {
                     Stats::add(&self.ctx.broker.stats().bytes_received, n as u64);
+                    Stats::add(&self.traffic().bytes_in, n as u64);
                     self.last_received = self.now;
                     progress = true;
                     self.handle_input()?;
@@ -117,6 +118,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
                     Stats::add(&self.ctx.broker.stats().bytes_sent, n as u64);
+                    Stats::add(&self.traffic().bytes_out, n as u64);
                     self.outbuf.advance(n);
                 }
                 Poll::Ready(Err(e)) => return Err(e),
@@ -142,7 +144,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             self.session.drain(self.generation, self.window, DRAIN_BATCH, now, cx.waker(), &mut batch);
         self.hold_until(stats.gate);
         if stats.expired > 0 {
-            Stats::add(&self.ctx.broker.stats().messages_dropped, stats.expired as u64);
+            self.ctx.broker.stats().dropped(DropReason::Expired, stats.expired as u64);
         }
         for o in batch.drain(..) {
             self.write_outgoing(o, now);

@@ -1,0 +1,267 @@
+//! The REST API under `/api/v1`: JSON in and out, one error shape, cursor pagination, and
+//! administrator authentication in front of every route (docs/api.md).
+//!
+//! # Layout
+//!
+//! - this file: the router, [`ApiError`] (`{"error": {"code", "message"}}`), the JSON, query
+//!   and path extractors that answer with that shape, pagination, and the store helper.
+//! - `auth`: who is asking — API tokens (`Authorization: Bearer`), browser sessions (cookie +
+//!   CSRF token), login with lockout, the cross-origin and no-administrator refusals.
+//! - `users`: builtin users, their ACL rules, and the ACL tester.
+//! - `broker`: sessions and clients, subscriptions, retained messages, the provider chain and
+//!   broker statistics.
+//!
+//! Every change goes through the same [`Store`](mesgd_providers::builtin::Store) method the
+//! command line calls, then [`UserDirectory::sync`] so that the answer means the change is live
+//! for connected clients.
+
+mod auth;
+mod broker;
+mod users;
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use mesgd_providers::builtin::{StoreError, UserDirectory};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub(crate) use self::auth::ApiState;
+use crate::context::ServerContext;
+
+/// Where the API is mounted.
+pub(crate) const PREFIX: &str = "/api/v1";
+
+/// The routes, with authentication in front of them.
+pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
+    let routes = Router::new()
+        .route("/login", get(auth::login_challenge).post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/whoami", get(auth::whoami))
+        .route("/users", get(users::list).post(users::create))
+        .route("/users/{name}", get(users::get_one).patch(users::modify).delete(users::remove))
+        .route("/users/{name}/rules", get(users::list_rules).post(users::add_rule))
+        .route("/users/{name}/rules/{position}", axum::routing::put(users::replace_rule).delete(users::remove_rule))
+        .route("/users/{name}/rules/{position}/move", post(users::move_rule))
+        .route("/acl/test", post(users::acl_test))
+        .route("/sessions", get(broker::list_sessions))
+        .route("/sessions/{namespace}/{id}", get(broker::get_session).delete(broker::delete_session))
+        .route("/sessions/{namespace}/{id}/kick", post(broker::kick))
+        .route("/subscriptions", get(broker::list_subscriptions))
+        .route("/retained", get(broker::list_retained))
+        .route("/retained/{topic}", get(broker::get_retained).delete(broker::delete_retained))
+        .route("/providers", get(broker::providers))
+        .route("/stats", get(broker::stats))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+        })
+        .layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::guard))
+        .layer(axum::extract::DefaultBodyLimit::max(ctx.api.max_body_bytes()));
+    Router::new().nest(PREFIX, routes)
+}
+
+/// The one error shape: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into(), retry_after: None }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody { error: ErrorDetail { code: self.code, message: &self.message } };
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match &e {
+            StoreError::UserExists(_) | StoreError::AdminExists(_) | StoreError::TokenExists(_) => {
+                ApiError::conflict(e.to_string())
+            }
+            StoreError::UnknownUser(_)
+            | StoreError::UnknownAdmin(_)
+            | StoreError::UnknownToken(_)
+            | StoreError::NoSuchRule { .. }
+            | StoreError::NoRuleWithPattern { .. } => ApiError::not_found(e.to_string()),
+            StoreError::InvalidUsername { .. }
+            | StoreError::InvalidRule(_)
+            | StoreError::X509HasNoPassword(_)
+            | StoreError::PasswordRequired(_)
+            | StoreError::Password(_) => ApiError::bad_request(e.to_string()),
+            _ => {
+                tracing::error!(error = %e, "REST API: user store failed");
+                ApiError::internal("the user store failed; see the server log")
+            }
+        }
+    }
+}
+
+/// A JSON body; a body that does not parse is a 400 (415 without a JSON content type) in the
+/// API's error shape.
+pub(crate) struct ApiJson<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(JsonRejection::MissingJsonContentType(e)) => {
+                Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", e.body_text()))
+            }
+            Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", e.body_text()))
+            }
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// Query parameters, refused in the API's error shape.
+pub(crate) struct ApiQuery<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| ApiQuery(q.0))
+            .map_err(|e: QueryRejection| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// Path parameters (percent-decoded), refused in the API's error shape.
+pub(crate) struct ApiPath<T>(pub(crate) T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| ApiPath(p.0))
+            .map_err(|e: PathRejection| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// The default and the largest page size.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+/// A page of items and the cursor of the next page (absent on the last page).
+#[derive(Serialize)]
+pub(crate) struct Page<T> {
+    items: Vec<T>,
+    next_cursor: Option<String>,
+}
+
+/// Checks `limit` (1 to 1000, default 100).
+pub(crate) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit.unwrap_or(DEFAULT_LIMIT) {
+        n @ 1..=MAX_LIMIT => Ok(n),
+        n => Err(ApiError::bad_request(format!("limit {n} is out of range (1 to {MAX_LIMIT})"))),
+    }
+}
+
+/// An opaque cursor: the sort key of the last item of a page, base64url-encoded.
+pub(crate) fn encode_cursor(key: &str) -> String {
+    URL_SAFE_NO_PAD.encode(key)
+}
+
+/// The sort key a cursor stands for.
+pub(crate) fn decode_cursor(cursor: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(cursor) = cursor else { return Ok(None) };
+    let bytes = URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "the cursor is not one this API gave"))?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "the cursor is not one this API gave"))
+}
+
+/// Makes a page from up to `limit + 1` sorted items: the extra one only says there is more.
+pub(crate) fn page<T>(mut items: Vec<T>, limit: usize, key: impl Fn(&T) -> String) -> Page<T> {
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let next_cursor = if more { items.last().map(|last| encode_cursor(&key(last))) } else { None };
+    Page { items, next_cursor }
+}
+
+/// The builtin store's directory (opened at start for every server with an `http` listener).
+pub(crate) fn directory(ctx: &ServerContext) -> Result<Arc<UserDirectory>, ApiError> {
+    ctx.services.get::<UserDirectory>().ok_or_else(|| ApiError::internal("the user store is not open"))
+}
+
+/// Runs a store operation on the blocking pool (SQLite waits for other writers, and hashing is
+/// slow by design).
+pub(crate) async fn blocking<T: Send + 'static>(
+    ctx: &ServerContext,
+    operation: impl FnOnce(&UserDirectory) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let directory = directory(ctx)?;
+    match tokio::task::spawn_blocking(move || operation(&directory)).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(_) => Err(ApiError::internal("the store operation failed")),
+    }
+}
+
+/// As [`blocking`], for a change: returns once connected clients have been told of it.
+pub(crate) async fn change<T: Send + 'static>(
+    ctx: &ServerContext,
+    operation: impl FnOnce(&UserDirectory) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let value = blocking(ctx, operation).await?;
+    directory(ctx)?.sync().await;
+    Ok(value)
+}

@@ -1,0 +1,318 @@
+//! Builtin users, their ACL rules, and the ACL tester. Rule positions count from 1, as on the
+//! command line (`mesgd acl list`), so an operator sees the same numbers everywhere.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use mesgd_core::acl::{Access, Explanation, Permission, Rule, explain};
+use mesgd_core::topic::TopicName;
+use mesgd_providers::builtin::{AuthType, StoreError, UserChanges, UserQuery, UserRecord};
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, ApiJson, ApiPath, ApiQuery, Page, blocking, change, decode_cursor, page, page_limit};
+use crate::context::ServerContext;
+
+/// A user as the API shows it: never a password or its hash.
+#[derive(Serialize)]
+pub(crate) struct UserView {
+    username: String,
+    auth_type: &'static str,
+    disabled: bool,
+    unrestricted: bool,
+    /// Whether a password is set (for a basic user).
+    has_password: bool,
+    rules: usize,
+}
+
+impl From<&UserRecord> for UserView {
+    fn from(u: &UserRecord) -> Self {
+        UserView {
+            username: u.username.clone(),
+            auth_type: u.auth_type.as_str(),
+            disabled: u.disabled,
+            unrestricted: u.unrestricted,
+            has_password: u.password_hash.is_some(),
+            rules: u.rules.len(),
+        }
+    }
+}
+
+/// A rule with its position (from 1).
+#[derive(Serialize)]
+pub(crate) struct RuleView {
+    position: usize,
+    pattern: String,
+    permission: &'static str,
+}
+
+fn rule_view(index: usize, rule: &Rule) -> RuleView {
+    RuleView { position: index + 1, pattern: rule.pattern.clone(), permission: rule.permission.as_str() }
+}
+
+fn parse_auth_type(text: &str) -> Result<AuthType, ApiError> {
+    text.parse().map_err(ApiError::bad_request)
+}
+
+fn parse_permission(text: &str) -> Result<Permission, ApiError> {
+    Permission::parse(text).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// 1-based position → index.
+fn index_of(position: usize) -> Result<usize, ApiError> {
+    position.checked_sub(1).ok_or_else(|| ApiError::bad_request("rule positions start at 1"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListUsers {
+    limit: Option<usize>,
+    cursor: Option<String>,
+    prefix: Option<String>,
+    auth_type: Option<String>,
+    disabled: Option<bool>,
+}
+
+/// `GET /api/v1/users`
+pub(crate) async fn list(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiQuery(q): ApiQuery<ListUsers>,
+) -> Result<Json<Page<UserView>>, ApiError> {
+    let limit = page_limit(q.limit)?;
+    let after = decode_cursor(q.cursor.as_deref())?;
+    let auth_type = q.auth_type.as_deref().map(parse_auth_type).transpose()?;
+    let (prefix, disabled) = (q.prefix, q.disabled);
+    let users = blocking(&ctx, move |d| {
+        d.store().users_page(&UserQuery {
+            after: after.as_deref(),
+            prefix: prefix.as_deref(),
+            auth_type,
+            disabled,
+            limit: limit + 1,
+        })
+    })
+    .await?;
+    let views = users.iter().map(UserView::from).collect();
+    Ok(Json(page(views, limit, |u: &UserView| u.username.clone())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewUser {
+    username: String,
+    #[serde(default)]
+    auth_type: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    unrestricted: bool,
+}
+
+/// `POST /api/v1/users`
+pub(crate) async fn create(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiJson(new): ApiJson<NewUser>,
+) -> Result<Response, ApiError> {
+    let auth_type = new.auth_type.as_deref().map(parse_auth_type).transpose()?.unwrap_or(AuthType::Basic);
+    let user = change(&ctx, move |d| {
+        let store = d.store();
+        store.add_user(&new.username, auth_type, new.password.as_deref().map(str::as_bytes), new.unrestricted)?;
+        store.user(&new.username)?.ok_or(StoreError::UnknownUser(new.username))
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(UserView::from(&user))).into_response())
+}
+
+/// `GET /api/v1/users/{name}`
+pub(crate) async fn get_one(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<UserView>, ApiError> {
+    let user = blocking(&ctx, move |d| d.store().user(&name)?.ok_or(StoreError::UnknownUser(name))).await?;
+    Ok(Json(UserView::from(&user)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UserPatch {
+    password: Option<String>,
+    auth_type: Option<String>,
+    disabled: Option<bool>,
+    unrestricted: Option<bool>,
+}
+
+/// `PATCH /api/v1/users/{name}`: password, auth type, enable/disable, unrestricted, together.
+pub(crate) async fn modify(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(patch): ApiJson<UserPatch>,
+) -> Result<Json<UserView>, ApiError> {
+    let changes = UserChanges {
+        password: patch.password.map(String::into_bytes),
+        auth_type: patch.auth_type.as_deref().map(parse_auth_type).transpose()?,
+        disabled: patch.disabled,
+        unrestricted: patch.unrestricted,
+    };
+    let user = change(&ctx, move |d| d.store().modify_user(&name, &changes)).await?;
+    Ok(Json(UserView::from(&user)))
+}
+
+/// `DELETE /api/v1/users/{name}`: its connections are closed.
+pub(crate) async fn remove(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    change(&ctx, move |d| d.store().remove_user(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListRules {
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `GET /api/v1/users/{name}/rules`: in order.
+pub(crate) async fn list_rules(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListRules>,
+) -> Result<Json<Page<RuleView>>, ApiError> {
+    let limit = page_limit(q.limit)?;
+    let after: usize = match decode_cursor(q.cursor.as_deref())? {
+        Some(text) => text.parse().map_err(|_| ApiError::bad_request("invalid cursor"))?,
+        None => 0,
+    };
+    let rules = blocking(&ctx, move |d| d.store().rules(&name)).await?;
+    let views = rules.iter().enumerate().skip(after).take(limit + 1).map(|(i, r)| rule_view(i, r)).collect();
+    Ok(Json(page(views, limit, |r: &RuleView| r.position.to_string())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewRule {
+    pattern: String,
+    permission: String,
+    /// Insert here (1 = first); at the end without it.
+    position: Option<usize>,
+}
+
+/// `POST /api/v1/users/{name}/rules`
+pub(crate) async fn add_rule(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(new): ApiJson<NewRule>,
+) -> Result<Response, ApiError> {
+    let rule = Rule::new(new.pattern, parse_permission(&new.permission)?);
+    let at = new.position.map(index_of).transpose()?;
+    let view_rule = rule.clone();
+    let index = change(&ctx, move |d| d.store().add_rule(&name, rule, at)).await?;
+    Ok((StatusCode::CREATED, Json(rule_view(index, &view_rule))).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RuleBody {
+    pattern: String,
+    permission: String,
+}
+
+/// `PUT /api/v1/users/{name}/rules/{position}`: replaces the rule.
+pub(crate) async fn replace_rule(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath((name, position)): ApiPath<(String, usize)>,
+    ApiJson(body): ApiJson<RuleBody>,
+) -> Result<Json<RuleView>, ApiError> {
+    let index = index_of(position)?;
+    let rule = Rule::new(body.pattern, parse_permission(&body.permission)?);
+    let view = rule_view(index, &rule);
+    change(&ctx, move |d| d.store().replace_rule(&name, index, rule)).await?;
+    Ok(Json(view))
+}
+
+/// `DELETE /api/v1/users/{name}/rules/{position}`
+pub(crate) async fn remove_rule(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath((name, position)): ApiPath<(String, usize)>,
+) -> Result<StatusCode, ApiError> {
+    let index = index_of(position)?;
+    change(&ctx, move |d| d.store().remove_rule_at(&name, index)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MoveTo {
+    to: usize,
+}
+
+/// `POST /api/v1/users/{name}/rules/{position}/move`: `{"to": N}`.
+pub(crate) async fn move_rule(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiPath((name, position)): ApiPath<(String, usize)>,
+    ApiJson(target): ApiJson<MoveTo>,
+) -> Result<Json<RuleView>, ApiError> {
+    let (from, to) = (index_of(position)?, index_of(target.to)?);
+    let rule = change(&ctx, move |d| d.store().move_rule(&name, from, to)).await?;
+    Ok(Json(rule_view(to, &rule)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AclQuestion {
+    username: String,
+    /// The client id `%c` stands for; rules using `%c` match nothing without one.
+    #[serde(default)]
+    client_id: String,
+    /// `read` or `write`.
+    access: String,
+    topic: String,
+}
+
+#[derive(Serialize)]
+pub(crate) struct AclAnswer {
+    allowed: bool,
+    /// The rule that decides, if one does.
+    rule: Option<RuleView>,
+    /// The decision in words: `rule 2 (read devices/%u/#) allows`, `no rule matched: deny`.
+    reason: String,
+}
+
+/// `POST /api/v1/acl/test`: "may alice read devices/bob/x?", answered with the deciding rule.
+pub(crate) async fn acl_test(
+    State(ctx): State<Arc<ServerContext>>,
+    ApiJson(q): ApiJson<AclQuestion>,
+) -> Result<Json<AclAnswer>, ApiError> {
+    let access = match q.access.as_str() {
+        "read" => Access::Read,
+        "write" => Access::Write,
+        other => return Err(ApiError::bad_request(format!("access {other:?}: expected read or write"))),
+    };
+    let topic = TopicName::try_from(q.topic.as_str()).map_err(|e| ApiError::bad_request(format!("topic: {e}")))?;
+    let name = q.username.clone();
+    let user = blocking(&ctx, move |d| d.store().user(&name)?.ok_or(StoreError::UnknownUser(name))).await?;
+    let rules = user.acl();
+    let why = explain(rules.as_deref(), Some(&user.username), &q.client_id, access, &topic);
+    let answer = match why {
+        Explanation::Unrestricted => AclAnswer { allowed: true, rule: None, reason: "the user is unrestricted: allow".into() },
+        Explanation::NoMatch => AclAnswer { allowed: false, rule: None, reason: "no rule matched: deny".into() },
+        Explanation::Rule { index, allowed } => {
+            let rule = &user.rules[index];
+            AclAnswer {
+                allowed,
+                reason: format!(
+                    "rule {} ({} {}) {}",
+                    index + 1,
+                    rule.permission.as_str(),
+                    rule.pattern,
+                    if allowed { "allows" } else { "denies" }
+                ),
+                rule: Some(rule_view(index, rule)),
+            }
+        }
+    };
+    Ok(Json(answer))
+}
