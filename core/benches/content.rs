@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use mesgd_core::content::{Matcher, Message, Path};
 
 const KEYS: [&str; 20] = [
@@ -142,15 +142,16 @@ fn workload(n: usize, seed: u64) -> Workload {
     Workload { patterns, paths, messages: Vec::new() }
 }
 
-/// Messages built around the largest pattern set's paths, keeping those with ≤ 10 matches.
-fn messages(largest: &Workload) -> Vec<String> {
+/// Messages built around the largest pattern set's paths, keeping those with ≤ 10 matches
+/// (counted by `hits`).
+fn messages(largest: &Workload, hits: impl Fn(&Message<'_>) -> usize) -> Vec<String> {
     let mut rng = Rng(7);
     let mut out = Vec::new();
     while out.len() < MESSAGES {
         let source = &largest.patterns[rng.below(largest.patterns.len() as u64) as usize];
         let text = message(&mut rng, source);
         let scanned = Message::scan(text.as_bytes()).unwrap();
-        let hits = largest.paths.iter().filter(|p| p.matches(&scanned)).count();
+        let hits = hits(&scanned);
         if (1..=10).contains(&hits) {
             out.push(text);
         }
@@ -173,7 +174,8 @@ fn rss_bytes() -> usize {
 
 fn workloads() -> Vec<Workload> {
     let mut all: Vec<Workload> = SIZES.iter().map(|&n| workload(n, 0x5eed ^ n as u64)).collect();
-    let msgs = messages(all.last().unwrap());
+    let largest = all.last().unwrap();
+    let msgs = messages(largest, |m| largest.paths.iter().filter(|p| p.matches(m)).count());
     for w in &mut all {
         w.messages = msgs.clone();
     }
@@ -338,5 +340,75 @@ fn bench_churn(c: &mut Criterion) {
     reader.join().unwrap();
 }
 
+/// A fixed number of scans or matches for an instruction count (`valgrind --tool=callgrind
+/// --collect-atstart=no --toggle-collect='*profile_loop*'`): `CONTENT_PROFILE=scan`,
+/// `match:N` or `scan_and_match:N` with N paths (100, 10000 or 100000). The workload is the
+/// benchmark's; only the check that messages have 1–10 matches uses the matcher rather than a
+/// linear scan (they agree: the differential tests and the quamina check above).
+fn profile(mode: &str) {
+    let (what, n) = mode.split_once(':').unwrap_or((mode, "100000"));
+    let n: usize = n.parse().expect("a path count");
+    let largest = workload(100_000, 0x5eed ^ 100_000);
+    let big = matcher_of(&largest);
+    let msgs = messages(&largest, |msg| {
+        let mut hits = 0;
+        big.for_each_match(msg, |_| hits += 1);
+        hits
+    });
+    drop(big);
+    let w = Workload { messages: msgs, ..workload(n, 0x5eed ^ n as u64) };
+    let m = matcher_of(&w);
+    let scanned: Vec<Message<'_>> = w.messages.iter().map(|t| Message::scan(t.as_bytes()).unwrap()).collect();
+    // Warm the caches and the index the way a steady stream would, then count.
+    warm_up(what, &m, &w.messages, &scanned);
+    let (count, hits) = profile_loop(what, &m, &w.messages, &scanned, 8);
+    println!("{what} at {n} paths: {count} messages, {hits} matches");
+}
+
+#[inline(never)]
+fn warm_up(what: &str, m: &Matcher<u64>, texts: &[String], scanned: &[Message<'_>]) {
+    black_box(run_loop(what, m, texts, scanned, 1));
+}
+
+#[inline(never)]
+fn profile_loop(
+    what: &str,
+    m: &Matcher<u64>,
+    texts: &[String],
+    scanned: &[Message<'_>],
+    rounds: usize,
+) -> (usize, usize) {
+    run_loop(what, m, texts, scanned, rounds)
+}
+
+#[inline(always)]
+fn run_loop(
+    what: &str,
+    m: &Matcher<u64>,
+    texts: &[String],
+    scanned: &[Message<'_>],
+    rounds: usize,
+) -> (usize, usize) {
+    let mut hits = 0;
+    for _ in 0..rounds {
+        for (text, msg) in texts.iter().zip(scanned) {
+            match what {
+                "scan" => hits += Message::scan(black_box(text.as_bytes())).unwrap().len(),
+                "match" => m.for_each_match(black_box(msg), |_| hits += 1),
+                _ => m.matches(black_box(text.as_bytes()), |_| hits += 1).unwrap(),
+            }
+        }
+    }
+    (rounds * texts.len(), hits)
+}
+
 criterion_group!(benches, bench_match, bench_churn);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(mode) = std::env::var("CONTENT_PROFILE") {
+        profile(&mode);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
