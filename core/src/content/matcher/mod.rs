@@ -32,6 +32,7 @@
 //! clones the index instead of waiting for its own caller (correct, but O(listeners)).
 
 mod index;
+mod table;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -41,10 +42,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 
-use self::index::{Anchor, Index};
+use self::index::{EVERYTHING, Index, segment_anchor, signature};
 use super::hash;
 use super::message::Message;
-use super::path::Path;
+use super::path::{Constraint, Path};
 use super::scan::ScanError;
 
 /// The most listeners a matcher can hold (slot numbers are 32-bit, one value is reserved).
@@ -90,14 +91,16 @@ pub(crate) fn malloc_size(n: usize) -> usize {
 
 /// One change, applied to both copies.
 enum Change<Id> {
-    Insert { slot: u32, id: Id, path: Path, anchor: Anchor },
+    Insert { slot: u32, id: Id, path: Path, anchor: u64, signature: u64 },
     Remove { slot: u32 },
 }
 
 impl<Id: Copy> Change<Id> {
     fn apply(&self, index: &mut Index<Id>) {
         match self {
-            Change::Insert { slot, id, path, anchor } => index.insert(*slot, *id, path.clone(), *anchor),
+            Change::Insert { slot, id, path, anchor, signature } => {
+                index.insert(*slot, *id, path.clone(), *anchor, *signature);
+            }
             Change::Remove { slot } => index.remove(*slot),
         }
     }
@@ -116,6 +119,21 @@ impl<Id: Copy> Writer<Id> {
     fn spare(&self) -> &Index<Id> {
         // Always present outside `publish`, which holds the writer lock throughout.
         self.spare.as_deref().unwrap_or_else(|| unreachable!("the spare index is back after every publish"))
+    }
+
+    /// The anchor the writer should file `path` under: the value segment with the shortest
+    /// list, else the presence segment with the shortest list (values are selective: few
+    /// messages carry a given pair, many carry a given key). The first of equals wins.
+    fn choose_anchor(&self, path: &Path) -> u64 {
+        let mut best: Option<((bool, u32), u64)> = None;
+        for seg in path.segments() {
+            let anchor = segment_anchor(&seg);
+            let rank = (seg.constraint == Constraint::Present, self.spare().list_len(anchor));
+            if best.is_none_or(|b| rank < b.0) {
+                best = Some((rank, anchor));
+            }
+        }
+        best.map_or(EVERYTHING, |b| b.1)
     }
 
     fn alloc_slot(&mut self) -> u32 {
@@ -181,26 +199,27 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     /// Every match that starts after this returns sees the new path, and none sees the old.
     pub fn insert(&self, id: Id, path: Path) -> Result<Option<Path>, MatcherFull> {
         let mut w = self.lock();
-        let old_slot = w.slots.get(&id).copied();
-        if old_slot.is_none() && w.slots.len() >= self.max {
+        let old = w.slots.get(&id).copied();
+        if old.is_none() && w.slots.len() >= self.max {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(MatcherFull { limit: self.max });
         }
-        let old_path = old_slot.and_then(|s| w.spare().placed(s)).map(|(p, _)| p.clone());
+        let old_path = old.and_then(|s| w.spare().placed(s)).cloned();
         let mut changes = Vec::with_capacity(2);
-        if let Some(slot) = old_slot {
+        if let Some(slot) = old {
             changes.push(Change::Remove { slot });
         }
         // Choose before the old entry leaves: at worst a slightly longer list, never a wrong one.
-        let anchor = w.spare().choose_anchor(&path);
+        let anchor = w.choose_anchor(&path);
         let slot = w.alloc_slot();
         w.text_bytes += path.heap_bytes();
         if let Some(old) = &old_path {
             w.text_bytes -= old.heap_bytes();
         }
-        changes.push(Change::Insert { slot, id, path, anchor });
+        let signature = signature(&path);
+        changes.push(Change::Insert { slot, id, path, anchor, signature });
         self.publish(&mut w, &changes);
-        if let Some(old) = old_slot {
+        if let Some(old) = old {
             w.free.push(old);
         }
         w.slots.insert(id, slot);
@@ -213,7 +232,7 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     pub fn remove(&self, id: Id) -> bool {
         let mut w = self.lock();
         let Some(slot) = w.slots.remove(&id) else { return false };
-        if let Some((path, _)) = w.spare().placed(slot) {
+        if let Some(path) = w.spare().placed(slot) {
             w.text_bytes -= path.heap_bytes();
         }
         self.publish(&mut w, &[Change::Remove { slot }]);
@@ -250,7 +269,7 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     pub fn path(&self, id: Id) -> Option<Path> {
         let w = self.lock();
         let slot = *w.slots.get(&id)?;
-        w.spare().placed(slot).map(|(p, _)| p.clone())
+        w.spare().placed(slot).cloned()
     }
 
     /// Calls `f` with the id of every listener whose path `message` matches, each exactly once,

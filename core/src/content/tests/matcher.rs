@@ -240,3 +240,63 @@ fn a_removed_listener_receives_nothing_once_remove_returns() {
     assert_eq!(violations.load(Ordering::Relaxed), 0);
     assert!(seen.load(Ordering::Relaxed) > 0, "the reader never saw the listener: the test proved nothing");
 }
+
+proptest! {
+    #![proptest_config(Config { cases: 24, failure_persistence: None, ..Config::default() })]
+
+    /// Through any run of inserts, replacements and removals (lists growing and emptying,
+    /// the anchor table growing, shrinking and rebuilding its filter), the matcher yields
+    /// exactly the live listeners whose paths match.
+    #[test]
+    fn agrees_with_a_linear_scan_through_churn(
+        ops in proptest::collection::vec((0u64..120, proptest::option::weighted(0.6, arb_path())), 1..600),
+        docs in proptest::collection::vec((doc(), any::<u64>()), 8),
+    ) {
+        let m = Matcher::new();
+        let mut live: std::collections::BTreeMap<u64, Path> = std::collections::BTreeMap::new();
+        let texts: Vec<String> = docs.iter().map(|(d, style)| d.write(*style)).collect();
+        for (n, (id, path)) in ops.into_iter().enumerate() {
+            match path {
+                Some(path) => {
+                    prop_assert_eq!(m.insert(id, path.clone()).unwrap(), live.insert(id, path));
+                }
+                None => prop_assert_eq!(m.remove(id), live.remove(&id).is_some()),
+            }
+            prop_assert_eq!(m.len(), live.len());
+            if n % 25 == 0 {
+                for text in &texts {
+                    let msg = scan(text);
+                    let want: Vec<u64> = live.iter().filter(|(_, p)| p.matches(&msg)).map(|(id, _)| *id).collect();
+                    prop_assert_eq!(matched(&m, &msg), want, "on {}", text);
+                }
+            }
+        }
+    }
+}
+
+/// Messages with more anchors than one buffered pass holds (large objects and arrays, the same
+/// key repeated) match exactly what each path's own `matches` says.
+#[test]
+fn large_messages_match_like_small_ones() {
+    let m = Matcher::new();
+    let mut paths = Vec::new();
+    for i in 0..80u64 {
+        paths.push(Path::parse(&format!("/k{i}=v{i}")).unwrap());
+        paths.push(Path::parse(&format!("/k{i}/k{}=v{}", i + 1, i + 1)).unwrap());
+        paths.push(Path::parse(&format!("/{i}=v{i}")).unwrap());
+    }
+    paths.push(p("/k3=other"));
+    for (id, path) in paths.iter().enumerate() {
+        m.insert(id as u64, path.clone()).unwrap();
+    }
+    let object: String =
+        (0..70).map(|i| format!("\"k{i}\":\"v{i}\",")).collect::<String>() + "\"k3\":\"other\"";
+    let array: String = (0..70).map(|i| format!("\"v{i}\"")).collect::<Vec<_>>().join(",");
+    for text in [format!("{{{object}}}"), format!("[{array}]"), format!("{{{object},\"k3\":\"v3\"}}")] {
+        let msg = scan(&text);
+        let want: Vec<u64> =
+            paths.iter().enumerate().filter(|(_, p)| p.matches(&msg)).map(|(id, _)| id as u64).collect();
+        assert!(want.len() > 60, "the test needs many matches: {}", want.len());
+        assert_eq!(matched(&m, &msg), want, "on {text}");
+    }
+}
