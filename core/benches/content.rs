@@ -336,8 +336,43 @@ fn bench_churn(c: &mut Criterion) {
     group.finish();
     let rate = (matched.load(Ordering::Relaxed) - before) as f64 / start.elapsed().as_secs_f64();
     println!("reader: {quiet:.0} messages/s alone, {rate:.0} messages/s during churn");
+    concurrent_writers(&m, &matched, &extra);
     stop.store(true, Ordering::Relaxed);
     reader.join().unwrap();
+}
+
+/// Many tasks registering and dropping listeners at once, as the I/O layer does: `WRITERS`
+/// threads, each inserting and removing its own ids for two seconds while the reader goes on.
+/// Printed, not a criterion measurement (criterion times one thread).
+fn concurrent_writers(m: &Arc<Matcher<u64>>, matched: &Arc<AtomicU64>, extra: &[Path]) {
+    const WRITERS: u64 = 8;
+    let (publications, reads) = (m.publications(), matched.load(Ordering::Relaxed));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (m, extra) = (m.clone(), extra.to_vec());
+            std::thread::spawn(move || {
+                let mut changes = 0u64;
+                let mut k = w as usize;
+                while start.elapsed() < Duration::from_secs(2) {
+                    k = (k + WRITERS as usize) % extra.len();
+                    let id = 2_000_000 + k as u64;
+                    m.insert(id, extra[k].clone()).unwrap();
+                    m.remove(id);
+                    changes += 2;
+                }
+                changes
+            })
+        })
+        .collect();
+    let changes: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{WRITERS} concurrent writers: {:.0} changes/s, {:.1} changes per publication; reader {:.0} messages/s meanwhile",
+        changes as f64 / secs,
+        changes as f64 / (m.publications() - publications).max(1) as f64,
+        (matched.load(Ordering::Relaxed) - reads) as f64 / secs
+    );
 }
 
 /// A fixed number of scans or matches for an instruction count (`valgrind --tool=callgrind

@@ -300,3 +300,89 @@ fn large_messages_match_like_small_ones() {
         assert_eq!(matched(&m, &msg), want, "on {text}");
     }
 }
+
+/// Several writers at once (their changes published in shared batches) each get the right
+/// answers for their own listeners, and a listener removed by any of them never reaches a
+/// concurrent reader once its removal has returned.
+#[test]
+fn concurrent_writers_get_their_own_answers_and_removals_stay_strict() {
+    const WRITERS: u64 = 4;
+    const IDS: u64 = 64;
+    let m = Arc::new(Matcher::new());
+    let removed: Arc<Vec<AtomicBool>> = Arc::new((0..WRITERS * IDS).map(|_| AtomicBool::new(true)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (violations, seen) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let reader = {
+        let (m, removed, stop, violations, seen) =
+            (m.clone(), removed.clone(), stop.clone(), violations.clone(), seen.clone());
+        std::thread::spawn(move || {
+            let msg = Message::scan(br#"{"kind":"chat","room":"lobby"}"#).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                m.for_each_match(&msg, |id| {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                    if removed[id as usize].load(Ordering::SeqCst) {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (m, removed) = (m.clone(), removed.clone());
+            std::thread::spawn(move || {
+                let paths = [p("/kind=chat"), p("/room=lobby/kind=*"), p("/room=hall")];
+                let mut mine: Vec<Option<usize>> = vec![None; IDS as usize];
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ w;
+                for _ in 0..1000 {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let k = (rng % IDS) as usize;
+                    let id = w * IDS + k as u64;
+                    if rng % 3 == 0 {
+                        let was = mine[k].take();
+                        assert_eq!(m.remove(id), was.is_some());
+                        removed[id as usize].store(true, Ordering::SeqCst);
+                    } else {
+                        let n = (rng >> 32) as usize % paths.len();
+                        // The last path does not match the reader's message: once an insert
+                        // that replaces a matching path with it returns, the id must be gone.
+                        if n != 2 {
+                            removed[id as usize].store(false, Ordering::SeqCst);
+                        }
+                        let old = m.insert(id, paths[n].clone()).unwrap();
+                        if n == 2 {
+                            removed[id as usize].store(true, Ordering::SeqCst);
+                        }
+                        assert_eq!(old, mine[k].map(|i| paths[i].clone()));
+                        mine[k] = Some(n);
+                    }
+                    assert_eq!(m.path(id), mine[k].map(|i| paths[i].clone()));
+                }
+                mine.iter().filter(|x| x.is_some()).count()
+            })
+        })
+        .collect();
+    let live: usize = writers.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, Ordering::SeqCst);
+    reader.join().unwrap();
+    assert_eq!(m.len(), live);
+    assert_eq!(violations.load(Ordering::Relaxed), 0);
+    assert!(seen.load(Ordering::Relaxed) > 0, "the reader never saw a listener: the test proved nothing");
+}
+
+/// One caller at a time: each change that changes something is one publication.
+#[test]
+fn each_lone_change_is_one_publication() {
+    let m = Matcher::new();
+    m.insert(1u8, p("/a")).unwrap();
+    m.insert(2, p("/b")).unwrap();
+    m.insert(1, p("/c")).unwrap();
+    assert_eq!(m.publications(), 3);
+    assert!(!m.remove(9));
+    assert_eq!(m.publications(), 3, "a removal that changes nothing publishes nothing");
+    assert!(m.remove(2));
+    assert_eq!(m.publications(), 4);
+}
