@@ -132,23 +132,28 @@ fn message(rng: &mut Rng, fields: &[Field]) -> String {
 struct Workload {
     patterns: Vec<Vec<Field>>,
     paths: Vec<Path>,
+    /// Built around the 100,000-path set and shared by every size (so at 100 paths they
+    /// match nothing, at 100,000 about 1.6 paths each).
     messages: Vec<String>,
+    /// Built around this size's own paths: 1–10 matches each at every size, so comparing
+    /// sizes compares the same work per message.
+    own: Vec<String>,
 }
 
 fn workload(n: usize, seed: u64) -> Workload {
     let mut rng = Rng(seed);
     let patterns: Vec<Vec<Field>> = (0..n).map(|_| pattern(&mut rng)).collect();
     let paths: Vec<Path> = patterns.iter().map(|f| Path::parse(&path_text(f)).unwrap()).collect();
-    Workload { patterns, paths, messages: Vec::new() }
+    Workload { patterns, paths, messages: Vec::new(), own: Vec::new() }
 }
 
-/// Messages built around the largest pattern set's paths, keeping those with ≤ 10 matches
-/// (counted by `hits`).
-fn messages(largest: &Workload, hits: impl Fn(&Message<'_>) -> usize) -> Vec<String> {
+/// Messages built around `source`'s paths, keeping those with 1–10 matches (counted by
+/// `hits`).
+fn messages(source: &Workload, hits: impl Fn(&Message<'_>) -> usize) -> Vec<String> {
     let mut rng = Rng(7);
     let mut out = Vec::new();
     while out.len() < MESSAGES {
-        let source = &largest.patterns[rng.below(largest.patterns.len() as u64) as usize];
+        let source = &source.patterns[rng.below(source.patterns.len() as u64) as usize];
         let text = message(&mut rng, source);
         let scanned = Message::scan(text.as_bytes()).unwrap();
         let hits = hits(&scanned);
@@ -176,8 +181,14 @@ fn workloads() -> Vec<Workload> {
     let mut all: Vec<Workload> = SIZES.iter().map(|&n| workload(n, 0x5eed ^ n as u64)).collect();
     let largest = all.last().unwrap();
     let msgs = messages(largest, |m| largest.paths.iter().filter(|p| p.matches(m)).count());
+    let largest_len = largest.paths.len();
     for w in &mut all {
         w.messages = msgs.clone();
+        w.own = if w.paths.len() == largest_len {
+            msgs.clone()
+        } else {
+            messages(w, |m| w.paths.iter().filter(|p| p.matches(m)).count())
+        };
     }
     all
 }
@@ -196,14 +207,18 @@ fn report(all: &[Workload]) {
     );
     for w in all {
         let m = matcher_of(w);
-        let mut hits = 0;
-        for t in &w.messages {
-            m.matches(t.as_bytes(), |_| hits += 1).unwrap();
-        }
+        let count = |texts: &[String]| {
+            let mut hits = 0;
+            for t in texts {
+                m.matches(t.as_bytes(), |_| hits += 1).unwrap();
+            }
+            hits as f64 / texts.len() as f64
+        };
         println!(
-            "  {} paths: {:.2} matches per message",
+            "  {} paths: {:.2} matches per message (own messages: {:.2})",
             w.paths.len(),
-            hits as f64 / w.messages.len() as f64
+            count(&w.messages),
+            count(&w.own)
         );
     }
     // Memory: the matcher's own estimate, and the resident-set growth of building it (paths
@@ -249,6 +264,14 @@ fn bench_match(c: &mut Criterion) {
                 i = (i + 1) % w.messages.len();
                 let mut hits = 0u32;
                 m.matches(black_box(w.messages[i].as_bytes()), |_| hits += 1).unwrap();
+                hits
+            })
+        });
+        group.bench_function(BenchmarkId::new("scan_and_match_own", n), |b| {
+            b.iter(|| {
+                i = (i + 1) % w.own.len();
+                let mut hits = 0u32;
+                m.matches(black_box(w.own[i].as_bytes()), |_| hits += 1).unwrap();
                 hits
             })
         });
