@@ -159,13 +159,17 @@ impl LoginGuard {
             if r.failures == self.config.max_failures {
                 tracing::warn!(%key, "repeated authentication failures: slowing down further attempts");
             }
-            if let Some(lockout) = self.lockout.filter(|l| r.failures >= l.failures && r.locked_until.is_none()) {
+            if let Some(lockout) =
+                self.lockout.filter(|l| r.failures >= l.failures && r.locked_until.is_none())
+            {
                 r.locked_until = Some(now + lockout.duration);
                 tracing::warn!(%key, seconds = lockout.duration.as_secs(), "repeated login failures: locked out");
             }
         }
         if records.len() > self.config.max_tracked {
-            records.retain(|_, r| now.duration_since(r.last) < window || r.locked_until.is_some_and(|u| u > now));
+            records.retain(|_, r| {
+                now.duration_since(r.last) < window || r.locked_until.is_some_and(|u| u > now)
+            });
             while records.len() > self.config.max_tracked {
                 let Some(stalest) = records.iter().min_by_key(|(_, r)| r.last).map(|(k, _)| *k) else {
                     break;
@@ -254,7 +258,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lockout_refuses_the_address_and_the_name_until_it_ends() {
         let config = FailedLoginConfig { max_failures: 1, window_s: 300, ..Default::default() };
-        let g = LoginGuard::with_lockout(config, Some(Lockout { failures: 3, duration: Duration::from_secs(600) }));
+        let g = LoginGuard::with_lockout(
+            config,
+            Some(Lockout { failures: 3, duration: Duration::from_secs(600) }),
+        );
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         for _ in 0..2 {

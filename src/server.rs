@@ -109,7 +109,8 @@ fn metrics_token(config: &Config) -> Result<Option<String>, StartError> {
     }
     let Some(file) = &config.http.metrics_token_file else { return Ok(None) };
     let path = config.resolve(file);
-    let text = std::fs::read_to_string(&path).map_err(|source| StartError::TokenFile { path: path.clone(), source })?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|source| StartError::TokenFile { path: path.clone(), source })?;
     let token = text.trim();
     if token.is_empty() {
         let source = std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is empty");
@@ -136,7 +137,8 @@ fn build_chain(config: &Config) -> Result<(Chain, Services), StartError> {
 impl Server {
     /// Builds the broker from `config`, binds every listener and starts serving.
     pub async fn start(config: Config) -> Result<Server, StartError> {
-        if !config.auth.providers.is_empty() || config.listeners.iter().any(|l| l.kind == ListenerKind::Http) {
+        if !config.auth.providers.is_empty() || config.listeners.iter().any(|l| l.kind == ListenerKind::Http)
+        {
             let dir = config.storage_dir();
             std::fs::create_dir_all(&dir).map_err(|source| StartError::Storage { dir, source })?;
         }

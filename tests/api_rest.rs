@@ -27,10 +27,20 @@ struct Api {
 
 impl Api {
     fn new(addr: SocketAddr) -> Api {
-        Api { base: format!("http://{addr}/api/v1"), client: reqwest::Client::new(), seen: Default::default() }
+        Api {
+            base: format!("http://{addr}/api/v1"),
+            client: reqwest::Client::new(),
+            seen: Default::default(),
+        }
     }
 
-    async fn send(&self, method: Method, path: &str, headers: &[(&str, &str)], body: Option<Value>) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
         for (k, v) in headers {
             req = req.header(*k, *v);
@@ -43,11 +53,21 @@ impl Api {
         let headers = resp.headers().clone();
         let text = resp.text().await.expect("a body");
         self.seen.lock().unwrap().push(text.clone());
-        let value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         (status, headers, value)
     }
 
-    async fn with_token(&self, token: &str, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    async fn with_token(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let auth = format!("Bearer {token}");
         let (status, _, value) = self.send(method, path, &[("authorization", &auth)], body).await;
         (status, value)
@@ -72,7 +92,12 @@ async fn admin_token(storage: &Storage, scope: &str, name: &str) -> String {
 #[tokio::test]
 async fn without_an_administrator_every_route_says_how_to_make_one() {
     let (storage, _server, api) = start().await;
-    for (method, path) in [(Method::GET, "/users"), (Method::GET, "/login"), (Method::POST, "/acl/test"), (Method::GET, "/nope")] {
+    for (method, path) in [
+        (Method::GET, "/users"),
+        (Method::GET, "/login"),
+        (Method::POST, "/acl/test"),
+        (Method::GET, "/nope"),
+    ] {
         let (status, _, body) = api.send(method, path, &[], None).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
         assert_eq!(code(&body), "no_admin");
@@ -92,14 +117,18 @@ async fn users_rules_and_the_acl_tester() {
 
     // Create, with the errors.
     for name in ["dev-3", "alice", "dev-1", "dev-2", "bob"] {
-        let (status, body) = api.with_token(t, Method::POST, "/users", Some(json!({"username": name, "password": USER_PASSWORD}))).await;
+        let (status, body) = api
+            .with_token(t, Method::POST, "/users", Some(json!({"username": name, "password": USER_PASSWORD})))
+            .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
-    let (status, body) = api.with_token(t, Method::POST, "/users", Some(json!({"username": "alice", "password": "x"}))).await;
+    let (status, body) =
+        api.with_token(t, Method::POST, "/users", Some(json!({"username": "alice", "password": "x"}))).await;
     assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "conflict"));
     let (status, body) = api.with_token(t, Method::POST, "/users", Some(json!({"username": "carol"}))).await;
     assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "bad_request"), "basic needs a password");
-    let (status, body) = api.with_token(t, Method::POST, "/users", Some(json!({"username": "x", "password": ""}))).await;
+    let (status, body) =
+        api.with_token(t, Method::POST, "/users", Some(json!({"username": "x", "password": ""}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let (status, body) = api.with_token(t, Method::POST, "/users", Some(json!({"nam": "x"}))).await;
     assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "bad_request"));
@@ -114,7 +143,9 @@ async fn users_rules_and_the_acl_tester() {
         };
         let (status, body) = api.with_token(t, Method::GET, &path, None).await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        names.extend(body["items"].as_array().unwrap().iter().map(|u| u["username"].as_str().unwrap().to_owned()));
+        names.extend(
+            body["items"].as_array().unwrap().iter().map(|u| u["username"].as_str().unwrap().to_owned()),
+        );
         match body["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
             None => break,
@@ -123,7 +154,9 @@ async fn users_rules_and_the_acl_tester() {
     assert_eq!(names, ["alice", "bob", "dev-1", "dev-2", "dev-3"]);
     let (status, body) = api.with_token(t, Method::GET, "/users?prefix=dev-&limit=10", None).await;
     assert_eq!((status, body["items"].as_array().unwrap().len()), (StatusCode::OK, 3));
-    for bad in ["/users?limit=0", "/users?limit=5000", "/users?cursor=%%%", "/users?limit=x", "/users?colour=red"] {
+    for bad in
+        ["/users?limit=0", "/users?limit=5000", "/users?cursor=%%%", "/users?limit=x", "/users?colour=red"]
+    {
         let (status, body) = api.with_token(t, Method::GET, bad, None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
         assert!(matches!(code(&body), "bad_request" | "invalid_cursor"));
@@ -131,10 +164,15 @@ async fn users_rules_and_the_acl_tester() {
     let (status, body) = api.with_token(t, Method::GET, "/users/nobody", None).await;
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let (status, body) = api.with_token(t, Method::GET, "/users/alice", None).await;
-    assert_eq!((status, body["auth_type"].as_str(), body["has_password"].as_bool()), (StatusCode::OK, Some("basic"), Some(true)));
+    assert_eq!(
+        (status, body["auth_type"].as_str(), body["has_password"].as_bool()),
+        (StatusCode::OK, Some("basic"), Some(true))
+    );
 
     // Rules: insert, insert at a position, move, replace, delete.
-    for (pattern, permission, position) in [("devices/%u/#", "read", None), ("#", "deny", None), ("public/#", "readwrite", Some(1))] {
+    for (pattern, permission, position) in
+        [("devices/%u/#", "read", None), ("#", "deny", None), ("public/#", "readwrite", Some(1))]
+    {
         let mut rule = json!({"pattern": pattern, "permission": permission});
         if let Some(p) = position {
             rule["position"] = json!(p);
@@ -142,36 +180,68 @@ async fn users_rules_and_the_acl_tester() {
         let (status, body) = api.with_token(t, Method::POST, "/users/alice/rules", Some(rule)).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
-    let rules = |body: &Value| body["items"].as_array().unwrap().iter().map(|r| (r["position"].as_u64().unwrap(), r["pattern"].as_str().unwrap().to_owned())).collect::<Vec<_>>();
+    let rules = |body: &Value| {
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["position"].as_u64().unwrap(), r["pattern"].as_str().unwrap().to_owned()))
+            .collect::<Vec<_>>()
+    };
     let (_, body) = api.with_token(t, Method::GET, "/users/alice/rules", None).await;
-    assert_eq!(rules(&body), [(1, "public/#".to_owned()), (2, "devices/%u/#".to_owned()), (3, "#".to_owned())]);
-    let (status, _) = api.with_token(t, Method::POST, "/users/alice/rules/3/move", Some(json!({"to": 1}))).await;
+    assert_eq!(
+        rules(&body),
+        [(1, "public/#".to_owned()), (2, "devices/%u/#".to_owned()), (3, "#".to_owned())]
+    );
+    let (status, _) =
+        api.with_token(t, Method::POST, "/users/alice/rules/3/move", Some(json!({"to": 1}))).await;
     assert_eq!(status, StatusCode::OK);
     let (_, body) = api.with_token(t, Method::GET, "/users/alice/rules?limit=2", None).await;
     assert_eq!(rules(&body), [(1, "#".to_owned()), (2, "public/#".to_owned())]);
     let next = body["next_cursor"].as_str().unwrap().to_owned();
-    let (_, body) = api.with_token(t, Method::GET, &format!("/users/alice/rules?limit=2&cursor={next}"), None).await;
+    let (_, body) =
+        api.with_token(t, Method::GET, &format!("/users/alice/rules?limit=2&cursor={next}"), None).await;
     assert_eq!(rules(&body), [(3, "devices/%u/#".to_owned())]);
     assert!(body["next_cursor"].is_null());
-    let (status, _) = api.with_token(t, Method::POST, "/users/alice/rules/1/move", Some(json!({"to": 3}))).await;
+    let (status, _) =
+        api.with_token(t, Method::POST, "/users/alice/rules/1/move", Some(json!({"to": 3}))).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = api.with_token(t, Method::POST, "/users/alice/rules/9/move", Some(json!({"to": 1}))).await;
+    let (status, body) =
+        api.with_token(t, Method::POST, "/users/alice/rules/9/move", Some(json!({"to": 1}))).await;
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
-    let (status, body) = api.with_token(t, Method::PUT, "/users/alice/rules/1", Some(json!({"pattern": "a/#/b", "permission": "read"}))).await;
+    let (status, body) = api
+        .with_token(
+            t,
+            Method::PUT,
+            "/users/alice/rules/1",
+            Some(json!({"pattern": "a/#/b", "permission": "read"})),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    let (status, _) = api.with_token(t, Method::PUT, "/users/alice/rules/1", Some(json!({"pattern": "public/#", "permission": "read"}))).await;
+    let (status, _) = api
+        .with_token(
+            t,
+            Method::PUT,
+            "/users/alice/rules/1",
+            Some(json!({"pattern": "public/#", "permission": "read"})),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
 
     // The tester: "may alice read devices/alice/x?" and who decides.
     let ask = |access: &str, topic: &str| json!({"username": "alice", "access": access, "topic": topic});
-    let (status, body) = api.with_token(t, Method::POST, "/acl/test", Some(ask("read", "devices/alice/x"))).await;
+    let (status, body) =
+        api.with_token(t, Method::POST, "/acl/test", Some(ask("read", "devices/alice/x"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!((body["allowed"].as_bool(), body["rule"]["position"].as_u64()), (Some(true), Some(2)));
     assert!(body["reason"].as_str().unwrap().starts_with("rule 2 (read devices/%u/#) allows"), "{body}");
     let (_, body) = api.with_token(t, Method::POST, "/acl/test", Some(ask("read", "devices/bob/x"))).await;
     assert_eq!((body["allowed"].as_bool(), body["rule"]["position"].as_u64()), (Some(false), Some(3)));
     let (_, body) = api.with_token(t, Method::POST, "/acl/test", Some(ask("read", "$SYS/x"))).await;
-    assert_eq!((body["allowed"].as_bool(), body["reason"].as_str()), (Some(false), Some("no rule matched: deny")));
+    assert_eq!(
+        (body["allowed"].as_bool(), body["reason"].as_str()),
+        (Some(false), Some("no rule matched: deny"))
+    );
     let (status, _) = api.with_token(t, Method::POST, "/acl/test", Some(ask("write", "a/+"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "a filter is not a topic");
 
@@ -183,12 +253,22 @@ async fn users_rules_and_the_acl_tester() {
     assert_eq!(granted.return_codes, [rumqttc::SubscribeReasonCode::Success(v3::QoS::AtMostOnce)]);
     let refused = alice.subscribe("devices/bob/#", v3::QoS::AtMostOnce).await;
     assert_eq!(refused.return_codes, [rumqttc::SubscribeReasonCode::Failure]);
-    let (status, body) = api.with_token(t, Method::PATCH, "/users/alice", Some(json!({"disabled": true}))).await;
+    let (status, body) =
+        api.with_token(t, Method::PATCH, "/users/alice", Some(json!({"disabled": true}))).await;
     assert_eq!((status, body["disabled"].as_bool()), (StatusCode::OK, Some(true)));
     alice.closed().await;
-    let (status, body) = api.with_token(t, Method::PATCH, "/users/alice", Some(json!({"password": "p", "auth_type": "x509"}))).await;
+    let (status, body) = api
+        .with_token(t, Method::PATCH, "/users/alice", Some(json!({"password": "p", "auth_type": "x509"})))
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    let (status, body) = api.with_token(t, Method::PATCH, "/users/alice", Some(json!({"unrestricted": true, "disabled": false, "password": "new-pw"}))).await;
+    let (status, body) = api
+        .with_token(
+            t,
+            Method::PATCH,
+            "/users/alice",
+            Some(json!({"unrestricted": true, "disabled": false, "password": "new-pw"})),
+        )
+        .await;
     assert_eq!((status, body["unrestricted"].as_bool()), (StatusCode::OK, Some(true)));
 
     let (status, _) = api.with_token(t, Method::DELETE, "/users/alice/rules/3", None).await;
@@ -231,14 +311,24 @@ async fn sessions_subscriptions_retained_providers_and_stats() {
     let (status, body) = api.with_token(t, Method::GET, "/sessions?online=true&limit=1", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let first = &body["items"][0];
-    assert_eq!((first["client_id"].as_str(), first["protocol"].as_str(), first["listener"].as_str()), (Some("client-a"), Some("mqtt-3.1.1"), Some("mqtt")));
+    assert_eq!(
+        (first["client_id"].as_str(), first["protocol"].as_str(), first["listener"].as_str()),
+        (Some("client-a"), Some("mqtt-3.1.1"), Some("mqtt"))
+    );
     assert_eq!(first["subscriptions"].as_u64(), Some(1));
-    assert!(first["connected_since"].as_u64().is_some() && first["peer"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(
+        first["connected_since"].as_u64().is_some()
+            && first["peer"].as_str().unwrap().starts_with("127.0.0.1:")
+    );
     let cursor = body["next_cursor"].as_str().unwrap().to_owned();
-    let (_, body) = api.with_token(t, Method::GET, &format!("/sessions?online=true&cursor={cursor}"), None).await;
+    let (_, body) =
+        api.with_token(t, Method::GET, &format!("/sessions?online=true&cursor={cursor}"), None).await;
     assert_eq!(body["items"][0]["client_id"].as_str(), Some("client-b"));
     let (status, body) = api.with_token(t, Method::GET, "/sessions/mqtt/client-a", None).await;
-    assert_eq!((status, body["subscription_list"][0]["filter"].as_str()), (StatusCode::OK, Some("sensors/+/temp")));
+    assert_eq!(
+        (status, body["subscription_list"][0]["filter"].as_str()),
+        (StatusCode::OK, Some("sensors/+/temp"))
+    );
     let (status, _) = api.with_token(t, Method::GET, "/sessions/mqtt/nobody", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = api.with_token(t, Method::GET, "/sessions/carrier-pigeon/x", None).await;
@@ -276,10 +366,18 @@ async fn sessions_subscriptions_retained_providers_and_stats() {
 
     // Retained: list with previews, get, delete; a new subscriber then gets nothing.
     let (_, body) = api.with_token(t, Method::GET, "/retained?filter=sensors/%2B/temp&limit=1", None).await;
-    assert_eq!((body["items"][0]["topic"].as_str(), body["items"][0]["preview"].as_str()), (Some("sensors/1/temp"), Some("21.5")));
+    assert_eq!(
+        (body["items"][0]["topic"].as_str(), body["items"][0]["preview"].as_str()),
+        (Some("sensors/1/temp"), Some("21.5"))
+    );
     let cursor = body["next_cursor"].as_str().unwrap().to_owned();
-    let (_, body) = api.with_token(t, Method::GET, &format!("/retained?filter=sensors/%2B/temp&cursor={cursor}"), None).await;
-    assert_eq!((body["items"][0]["topic"].as_str(), body["items"][0]["payload_bytes"].as_u64()), (Some("sensors/2/temp"), Some(2)));
+    let (_, body) = api
+        .with_token(t, Method::GET, &format!("/retained?filter=sensors/%2B/temp&cursor={cursor}"), None)
+        .await;
+    assert_eq!(
+        (body["items"][0]["topic"].as_str(), body["items"][0]["payload_bytes"].as_u64()),
+        (Some("sensors/2/temp"), Some(2))
+    );
     let (_, body) = api.with_token(t, Method::GET, "/retained/sensors%2F2%2Ftemp", None).await;
     assert_eq!((body["payload_base64"].as_str(), body["payload_text"].is_null()), (Some("//4="), true));
     let (status, _) = api.with_token(t, Method::GET, "/retained?filter=a/%23/b", None).await;
@@ -300,7 +398,10 @@ async fn sessions_subscriptions_retained_providers_and_stats() {
     assert!(body["anonymous_admitted"].as_u64().unwrap() >= 3);
     let (status, body) = api.with_token(t, Method::GET, "/stats", None).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body["messages_received"].as_u64().unwrap() >= 2 && body["retained"].as_u64() == Some(1), "{body}");
+    assert!(
+        body["messages_received"].as_u64().unwrap() >= 2 && body["retained"].as_u64() == Some(1),
+        "{body}"
+    );
 }
 
 /// A browser login: the login CSRF token from GET /login, then the session cookie.
@@ -331,10 +432,16 @@ async fn browser_login(api: &Api, name: &str, password: &str) -> (StatusCode, Op
 async fn security_of_every_route() {
     let (storage, _server, api) = start().await;
     storage.mesgd(&["admin", "add", "root", "--password-stdin"], &format!("{ADMIN_PASSWORD}\n")).await;
-    storage.mesgd(&["admin", "add", "viewer", "--role", "read", "--password-stdin"], &format!("{ADMIN_PASSWORD}\n")).await;
+    storage
+        .mesgd(
+            &["admin", "add", "viewer", "--role", "read", "--password-stdin"],
+            &format!("{ADMIN_PASSWORD}\n"),
+        )
+        .await;
     let reader = admin_token(&storage, "read", "dashboards").await;
     let admin = admin_token(&storage, "admin", "ops").await;
-    api.with_token(&admin, Method::POST, "/users", Some(json!({"username": "u", "password": USER_PASSWORD}))).await;
+    api.with_token(&admin, Method::POST, "/users", Some(json!({"username": "u", "password": USER_PASSWORD})))
+        .await;
 
     let routes: &[(Method, &str, Option<Value>)] = &[
         (Method::GET, "/users", None),
@@ -364,12 +471,17 @@ async fn security_of_every_route() {
     for (method, path, body) in routes {
         let (status, _, answer) = api.send(method.clone(), path, &[], body.clone()).await;
         assert_eq!((status, code(&answer)), (StatusCode::UNAUTHORIZED, "unauthenticated"), "{method} {path}");
-        let (status, answer) = api.with_token("mesgd_0011223344556677_forged", method.clone(), path, body.clone()).await;
+        let (status, answer) =
+            api.with_token("mesgd_0011223344556677_forged", method.clone(), path, body.clone()).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} with a forged token: {answer}");
         let read_only = *method == Method::GET || *path == "/acl/test" || *path == "/logout";
         if !read_only {
             let (status, answer) = api.with_token(&reader, method.clone(), path, body.clone()).await;
-            assert_eq!((status, code(&answer)), (StatusCode::FORBIDDEN, "forbidden"), "a read token may not {method} {path}");
+            assert_eq!(
+                (status, code(&answer)),
+                (StatusCode::FORBIDDEN, "forbidden"),
+                "a read token may not {method} {path}"
+            );
         }
     }
 
@@ -377,25 +489,38 @@ async fn security_of_every_route() {
     let (status, cookie, body) = browser_login(&api, "root", ADMIN_PASSWORD).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let cookie = cookie.expect("a session cookie");
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains("Secure"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains("Secure"),
+        "{cookie}"
+    );
     let cookie = cookie.split(';').next().unwrap().to_owned();
     let csrf = body["csrf_token"].as_str().unwrap().to_owned();
     let new_user = Some(json!({"username": "w", "password": USER_PASSWORD}));
     let (status, _, body) = api.send(Method::POST, "/users", &[("cookie", &cookie)], new_user.clone()).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "csrf"));
-    let (status, _, body) = api.send(Method::POST, "/users", &[("cookie", &cookie), ("x-csrf-token", "guess")], new_user.clone()).await;
+    let (status, _, body) = api
+        .send(Method::POST, "/users", &[("cookie", &cookie), ("x-csrf-token", "guess")], new_user.clone())
+        .await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "csrf"));
-    let evil = [("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("origin", "http://evil.example")];
+    let evil =
+        [("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("origin", "http://evil.example")];
     let (status, _, body) = api.send(Method::POST, "/users", &evil, new_user.clone()).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "cross_origin"));
-    let cross = [("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("sec-fetch-site", "cross-site")];
+    let cross =
+        [("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("sec-fetch-site", "cross-site")];
     let (status, _, body) = api.send(Method::POST, "/users", &cross, new_user.clone()).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "cross_origin"));
-    let (status, _, body) = api.send(Method::POST, "/users", &[("cookie", &cookie), ("x-csrf-token", &csrf)], new_user.clone()).await;
+    let (status, _, body) = api
+        .send(Method::POST, "/users", &[("cookie", &cookie), ("x-csrf-token", &csrf)], new_user.clone())
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, _, body) = api.send(Method::GET, "/whoami", &[("cookie", &cookie)], None).await;
-    assert_eq!((status, body["name"].as_str(), body["csrf_token"].as_str()), (StatusCode::OK, Some("root"), Some(csrf.as_str())));
-    let (status, _, _) = api.send(Method::POST, "/logout", &[("cookie", &cookie), ("x-csrf-token", &csrf)], None).await;
+    assert_eq!(
+        (status, body["name"].as_str(), body["csrf_token"].as_str()),
+        (StatusCode::OK, Some("root"), Some(csrf.as_str()))
+    );
+    let (status, _, _) =
+        api.send(Method::POST, "/logout", &[("cookie", &cookie), ("x-csrf-token", &csrf)], None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _, _) = api.send(Method::GET, "/whoami", &[("cookie", &cookie)], None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "the session ended");
@@ -404,14 +529,19 @@ async fn security_of_every_route() {
     let (_, cookie, body) = browser_login(&api, "viewer", ADMIN_PASSWORD).await;
     let cookie = cookie.unwrap().split(';').next().unwrap().to_owned();
     let csrf = body["csrf_token"].as_str().unwrap().to_owned();
-    let (status, _, body) = api.send(Method::DELETE, "/users/u", &[("cookie", &cookie), ("x-csrf-token", &csrf)], None).await;
+    let (status, _, body) =
+        api.send(Method::DELETE, "/users/u", &[("cookie", &cookie), ("x-csrf-token", &csrf)], None).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
 
     // A login without its CSRF token is refused; so is one with a made-up token.
-    let (status, _, body) = api.send(Method::POST, "/login", &[], Some(json!({"username": "root", "password": ADMIN_PASSWORD}))).await;
+    let (status, _, body) = api
+        .send(Method::POST, "/login", &[], Some(json!({"username": "root", "password": ADMIN_PASSWORD})))
+        .await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "csrf"));
     let forged = [("x-csrf-token", "1.2.3"), ("cookie", "mesgd_login_csrf=1.2.3")];
-    let (status, _, body) = api.send(Method::POST, "/login", &forged, Some(json!({"username": "root", "password": ADMIN_PASSWORD}))).await;
+    let (status, _, body) = api
+        .send(Method::POST, "/login", &forged, Some(json!({"username": "root", "password": ADMIN_PASSWORD})))
+        .await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "csrf"));
 
     // Lockout: three failures (this test's setting) lock the name, even with the right password.

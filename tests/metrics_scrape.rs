@@ -103,7 +103,10 @@ async fn metrics_parse_and_move_with_traffic() {
     assert_eq!(get(&after, "mesgd_subscriptions", &[]), 1.0);
     assert_eq!(delta("mesgd_auth_fallback_total", &[("result", "anonymous")]), 2.0);
     assert_eq!(delta("mesgd_auth_duration_seconds_count", &[]), 2.0);
-    assert_eq!(get(&after, "mesgd_auth_duration_seconds_bucket", &[("le", "+Inf")]), get(&after, "mesgd_auth_duration_seconds_count", &[]));
+    assert_eq!(
+        get(&after, "mesgd_auth_duration_seconds_bucket", &[("le", "+Inf")]),
+        get(&after, "mesgd_auth_duration_seconds_count", &[])
+    );
     for point in ["publish", "subscribe", "delivery"] {
         assert_eq!(get(&after, "mesgd_acl_denials_total", &[("point", point)]), 0.0);
     }

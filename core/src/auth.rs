@@ -22,8 +22,8 @@ use crate::acl::Rule;
 
 mod stats;
 
-pub use self::stats::{ChainStats, ProviderCounters, ProviderCounts};
 use self::stats::Answer;
+pub use self::stats::{ChainStats, ProviderCounters, ProviderCounts};
 
 /// A boxed, sendable future: what a dyn-compatible async trait method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

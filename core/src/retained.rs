@@ -100,7 +100,13 @@ impl RetainedStore {
     /// `limit` of them, with topics after `after` (an earlier page's last topic). For operators
     /// (the REST API): it visits every match, but holds no more than `limit` of them, so a page
     /// of a store of millions costs a walk, not a copy.
-    pub fn page(&self, filter: &TopicFilter, after: Option<&str>, limit: usize, now: Instant) -> Vec<Arc<Message>> {
+    pub fn page(
+        &self,
+        filter: &TopicFilter,
+        after: Option<&str>,
+        limit: usize,
+        now: Instant,
+    ) -> Vec<Arc<Message>> {
         // A max-heap by topic of the `limit` smallest topics past the cursor seen so far.
         let mut kept: BinaryHeap<ByTopic> = BinaryHeap::with_capacity(limit.saturating_add(1).min(4096));
         if limit == 0 {

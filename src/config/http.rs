@@ -70,7 +70,10 @@ impl HttpConfig {
     /// Checks the values; the message names the key.
     pub(crate) fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.metrics_token.is_some() && self.metrics_token_file.is_some() {
-            return Err(("http.metrics_token_file", "give metrics_token or metrics_token_file, not both".into()));
+            return Err((
+                "http.metrics_token_file",
+                "give metrics_token or metrics_token_file, not both".into(),
+            ));
         }
         if self.metrics_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(("http.metrics_token", "is empty".into()));
@@ -82,7 +85,10 @@ impl HttpConfig {
             return Err(("http.max_sessions", "must be at least 1".into()));
         }
         if self.login_max_failures > 0 && (self.login_window_s == 0 || self.login_lockout_s == 0) {
-            return Err(("http.login_lockout_s", "login_window_s and login_lockout_s must be at least 1".into()));
+            return Err((
+                "http.login_lockout_s",
+                "login_window_s and login_lockout_s must be at least 1".into(),
+            ));
         }
         if self.max_body_bytes < 1024 {
             return Err(("http.max_body_bytes", "must be at least 1024".into()));

@@ -27,7 +27,12 @@ pub struct BrokerCollector {
 impl BrokerCollector {
     /// A collector over the broker, the chain (whose clones share its counters), the journal
     /// (when state is persisted) and the storage directory (for file sizes).
-    pub fn new(broker: Arc<Broker>, chain: Chain, journal: Option<Arc<SqliteJournal>>, storage_dir: PathBuf) -> Self {
+    pub fn new(
+        broker: Arc<Broker>,
+        chain: Chain,
+        journal: Option<Arc<SqliteJournal>>,
+        storage_dir: PathBuf,
+    ) -> Self {
         BrokerCollector { broker, chain, journal, storage_dir }
     }
 
@@ -41,7 +46,8 @@ impl BrokerCollector {
             ("mesgd_bytes_sent", "Bytes written to clients", |t| &t.bytes_out),
         ];
         for (name, help, pick) in series {
-            let values = stats.traffic_by_protocol().map(|(p, t)| ([("protocol", p.as_str())], Stats::get(pick(t))));
+            let values =
+                stats.traffic_by_protocol().map(|(p, t)| ([("protocol", p.as_str())], Stats::get(pick(t))));
             counters(encoder, name, help, values)?;
         }
         Ok(())
@@ -68,7 +74,9 @@ impl BrokerCollector {
             encoder,
             "mesgd_connections",
             "Connected clients by protocol and listener",
-            connections.iter().map(|((protocol, listener), n)| ([("protocol", *protocol), ("listener", &**listener)], *n)),
+            connections
+                .iter()
+                .map(|((protocol, listener), n)| ([("protocol", *protocol), ("listener", &**listener)], *n)),
         )?;
         gauges(
             encoder,
@@ -87,25 +95,59 @@ impl BrokerCollector {
         for (index, entry) in self.chain.entries().iter().enumerate() {
             let Some(counts) = stats.provider(index).map(|c| c.counts()) else { continue };
             let position = (index + 1).to_string();
-            for (result, n) in [("allow", counts.allow), ("deny", counts.deny), ("next", counts.next), ("error", counts.error)]
-            {
-                outcomes.push(([("provider", entry.provider.name().to_owned()), ("position", position.clone()), ("result", result.to_owned())], n));
+            for (result, n) in [
+                ("allow", counts.allow),
+                ("deny", counts.deny),
+                ("next", counts.next),
+                ("error", counts.error),
+            ] {
+                outcomes.push((
+                    [
+                        ("provider", entry.provider.name().to_owned()),
+                        ("position", position.clone()),
+                        ("result", result.to_owned()),
+                    ],
+                    n,
+                ));
             }
         }
-        counters(encoder, "mesgd_auth_outcomes", "Answers of each provider of the chain (position from 1)", outcomes)?;
+        counters(
+            encoder,
+            "mesgd_auth_outcomes",
+            "Answers of each provider of the chain (position from 1)",
+            outcomes,
+        )?;
         counters(
             encoder,
             "mesgd_auth_fallback",
             "Clients no provider resolved: admitted as anonymous, or refused",
-            [([("result", "anonymous")], stats.anonymous_admitted()), ([("result", "refused")], stats.unresolved_refused())],
+            [
+                ([("result", "anonymous")], stats.anonymous_admitted()),
+                ([("result", "refused")], stats.unresolved_refused()),
+            ],
         )?;
-        histogram(encoder, "mesgd_auth_duration_seconds", "How long the provider chain took to decide", &stats.latency().snapshot())
+        histogram(
+            encoder,
+            "mesgd_auth_duration_seconds",
+            "How long the provider chain took to decide",
+            &stats.latency().snapshot(),
+        )
     }
 
     fn broker_counters(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let s = self.broker.stats();
-        counter(encoder, "mesgd_connections_accepted", "Connections accepted on every listener", Stats::get(&s.connections_total))?;
-        counter(encoder, "mesgd_auth_failures", "Logins the front ends refused", Stats::get(&s.auth_failures))?;
+        counter(
+            encoder,
+            "mesgd_connections_accepted",
+            "Connections accepted on every listener",
+            Stats::get(&s.connections_total),
+        )?;
+        counter(
+            encoder,
+            "mesgd_auth_failures",
+            "Logins the front ends refused",
+            Stats::get(&s.auth_failures),
+        )?;
         counters(
             encoder,
             "mesgd_deliveries_dropped",
@@ -127,8 +169,18 @@ impl BrokerCollector {
             ],
         )?;
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        gauge(encoder, "mesgd_subscriptions", "Subscriptions in the router", count(self.broker.router().len()))?;
-        gauge(encoder, "mesgd_retained_messages", "Topics with a retained message", count(self.broker.retained().len()))
+        gauge(
+            encoder,
+            "mesgd_subscriptions",
+            "Subscriptions in the router",
+            count(self.broker.router().len()),
+        )?;
+        gauge(
+            encoder,
+            "mesgd_retained_messages",
+            "Topics with a retained message",
+            count(self.broker.retained().len()),
+        )
     }
 
     fn store(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
@@ -137,7 +189,10 @@ impl BrokerCollector {
             encoder,
             "mesgd_store_bytes",
             "Bytes on disk of each store (with its WAL and shared-memory files)",
-            [([("file", "state.db")], size(crate::persist::STATE_DB_FILE)), ([("file", "config.db")], size(mesgd_providers::builtin::CONFIG_DB_FILE))],
+            [
+                ([("file", "state.db")], size(crate::persist::STATE_DB_FILE)),
+                ([("file", "config.db")], size(mesgd_providers::builtin::CONFIG_DB_FILE)),
+            ],
         )?;
         let Some(journal) = &self.journal else { return Ok(()) };
         histogram(
@@ -146,9 +201,24 @@ impl BrokerCollector {
             "How long each state.db commit took, its fsync included",
             &journal.commit_latency().snapshot(),
         )?;
-        gauge(encoder, "mesgd_journal_unwritten_changes", "Changes recorded but not yet written", i64::try_from(journal.unwritten()).unwrap_or(i64::MAX))?;
-        counter(encoder, "mesgd_journal_backpressure", "Times a connection waited for the journal backlog to shrink", journal.backpressure_events())?;
-        gauge(encoder, "mesgd_journal_failing", "1 while writing state.db fails", i64::from(journal.has_failed()))
+        gauge(
+            encoder,
+            "mesgd_journal_unwritten_changes",
+            "Changes recorded but not yet written",
+            i64::try_from(journal.unwritten()).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            encoder,
+            "mesgd_journal_backpressure",
+            "Times a connection waited for the journal backlog to shrink",
+            journal.backpressure_events(),
+        )?;
+        gauge(
+            encoder,
+            "mesgd_journal_failing",
+            "1 while writing state.db fails",
+            i64::from(journal.has_failed()),
+        )
     }
 }
 

@@ -49,7 +49,9 @@ pub struct Metrics {
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics").field("token", &self.token.get().map(|_| "<redacted>")).finish_non_exhaustive()
+        f.debug_struct("Metrics")
+            .field("token", &self.token.get().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
     }
 }
 
@@ -92,12 +94,24 @@ impl Metrics {
 }
 
 /// A counter without labels.
-pub(crate) fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> std::fmt::Result {
-    encoder.encode_descriptor(name, help, None, MetricType::Counter)?.encode_counter::<NoLabelSet, _, u64>(&value, None)
+pub(crate) fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Counter)?
+        .encode_counter::<NoLabelSet, _, u64>(&value, None)
 }
 
 /// A gauge without labels.
-pub(crate) fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: i64) -> std::fmt::Result {
+pub(crate) fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> std::fmt::Result {
     encoder.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&value)
 }
 
@@ -138,9 +152,12 @@ pub(crate) fn histogram(
 ) -> std::fmt::Result {
     let bounds = BUCKETS_S.iter().copied().chain(std::iter::once(f64::INFINITY));
     let buckets: Vec<(f64, u64)> = bounds.zip(snapshot.buckets.iter().copied()).collect();
-    encoder
-        .encode_descriptor(name, help, None, MetricType::Histogram)?
-        .encode_histogram::<NoLabelSet>(snapshot.sum_s, snapshot.count, &buckets, None)
+    encoder.encode_descriptor(name, help, None, MetricType::Histogram)?.encode_histogram::<NoLabelSet>(
+        snapshot.sum_s,
+        snapshot.count,
+        &buckets,
+        None,
+    )
 }
 
 #[cfg(test)]
@@ -155,7 +172,12 @@ mod tests {
     impl Collector for Fixed {
         fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
             counter(&mut encoder, "mesgd_test_events", "Events.", 3)?;
-            gauges(&mut encoder, "mesgd_test_level", "Level.", [([("side", "left")], 1), ([("side", "right")], -2)])?;
+            gauges(
+                &mut encoder,
+                "mesgd_test_level",
+                "Level.",
+                [([("side", "left")], 1), ([("side", "right")], -2)],
+            )?;
             let h = mesgd_core::histogram::LatencyHistogram::new();
             h.record(std::time::Duration::from_millis(1));
             histogram(&mut encoder, "mesgd_test_seconds", "Time.", &h.snapshot())

@@ -73,7 +73,10 @@ pub struct ChainStats {
 
 impl ChainStats {
     pub(super) fn new(providers: usize) -> Self {
-        ChainStats { providers: (0..providers).map(|_| ProviderCounters::default()).collect(), ..Default::default() }
+        ChainStats {
+            providers: (0..providers).map(|_| ProviderCounters::default()).collect(),
+            ..Default::default()
+        }
     }
 
     /// The counters of the provider at `index` in the chain.

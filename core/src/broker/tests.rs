@@ -383,7 +383,10 @@ fn clear_retained_is_journalled_and_reaches_no_subscriber() {
     b.set_journal(&as_journal);
     b.publish(message("r/1", true));
     let (s, _, _) = connect(&b, "c", true, SessionExpiry::OnDisconnect, now);
-    let opts = SubscribeOptions { retain_handling: RetainHandling::DoNotSend, ..SubscribeOptions::with_qos(QoS::AtMostOnce) };
+    let opts = SubscribeOptions {
+        retain_handling: RetainHandling::DoNotSend,
+        ..SubscribeOptions::with_qos(QoS::AtMostOnce)
+    };
     b.subscribe_as(&Acl::unrestricted(), &s, filter("r/#"), opts, now).unwrap();
     let topic = TopicName::try_from("r/1").unwrap();
     assert!(b.clear_retained(&topic));

@@ -164,7 +164,11 @@ impl Store {
         if inserted == 0 {
             return Err(StoreError::AdminExists(name.to_owned()));
         }
-        Ok(AdminRecord { name: name.to_owned(), role, created_at: from_unix_seconds(unix_seconds(created_at)) })
+        Ok(AdminRecord {
+            name: name.to_owned(),
+            role,
+            created_at: from_unix_seconds(unix_seconds(created_at)),
+        })
     }
 
     /// Removes an administrator.
@@ -189,7 +193,9 @@ impl Store {
         let mut query =
             conn.prepare_cached("SELECT name, role, created_at FROM admins ORDER BY name").map_err(db)?;
         let rows = query
-            .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?)))
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?))
+            })
             .map_err(db)?;
         rows.map(|row| {
             let (name, role, created) = row.map_err(db)?;
@@ -209,7 +215,11 @@ impl Store {
             .map_err(|e| self.db(e))?;
         drop(conn);
         row.map(|(role, created)| {
-            Ok(AdminRecord { name: name.to_owned(), role: self.scope_of(&role)?, created_at: from_unix_seconds(created) })
+            Ok(AdminRecord {
+                name: name.to_owned(),
+                role: self.scope_of(&role)?,
+                created_at: from_unix_seconds(created),
+            })
         })
         .transpose()
     }
@@ -275,23 +285,35 @@ impl Store {
     pub fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
         let conn = self.lock();
         let db = |e| self.db(e);
-        let mut query =
-            conn.prepare_cached("SELECT id, name, scope, created_at FROM admin_tokens ORDER BY name").map_err(db)?;
+        let mut query = conn
+            .prepare_cached("SELECT id, name, scope, created_at FROM admin_tokens ORDER BY name")
+            .map_err(db)?;
         let rows = query
             .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, i64>(3)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, i64>(3)?,
+                ))
             })
             .map_err(db)?;
         rows.map(|row| {
             let (id, name, scope, created) = row.map_err(db)?;
-            Ok(TokenRecord { id, name, scope: self.scope_of(&scope)?, created_at: from_unix_seconds(created) })
+            Ok(TokenRecord {
+                id,
+                name,
+                scope: self.scope_of(&scope)?,
+                created_at: from_unix_seconds(created),
+            })
         })
         .collect()
     }
 
     /// Revokes (deletes) the token named `name`: it stops working at its next use.
     pub fn revoke_token(&self, name: &str) -> Result<(), StoreError> {
-        let removed = self.write(|tx| tx.execute("DELETE FROM admin_tokens WHERE name = ?1", params![name]))?;
+        let removed =
+            self.write(|tx| tx.execute("DELETE FROM admin_tokens WHERE name = ?1", params![name]))?;
         if removed == 0 { Err(StoreError::UnknownToken(name.to_owned())) } else { Ok(()) }
     }
 

@@ -282,7 +282,11 @@ fn show_user(user: &UserRecord, out: &mut dyn Write) -> std::io::Result<()> {
 }
 
 /// The new password: one line of `stdin`, or asked twice at the terminal.
-pub(super) fn read_new_password(name: &str, from_stdin: bool, stdin: &mut dyn BufRead) -> Result<Vec<u8>, CliError> {
+pub(super) fn read_new_password(
+    name: &str,
+    from_stdin: bool,
+    stdin: &mut dyn BufRead,
+) -> Result<Vec<u8>, CliError> {
     let password = if from_stdin {
         read_password_line(stdin)?
     } else {

@@ -25,12 +25,12 @@ pub mod provider;
 mod schema;
 pub mod store;
 
+pub use admin::{AdminRecord, NewToken, Scope, TokenRecord};
+pub use admin_cli::{AdminCommand, TokenCommand, run_admin_command};
 pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};
 pub use live::UserDirectory;
 pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
-pub use admin::{AdminRecord, NewToken, Scope, TokenRecord};
-pub use admin_cli::{AdminCommand, TokenCommand, run_admin_command};
 pub use store::{
     AuthType, CONFIG_DB_FILE, Store, StoreError, UserChanges, UserQuery, UserRecord, config_db_path,
 };

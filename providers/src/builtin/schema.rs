@@ -127,4 +127,3 @@ fn migrate(mut conn: Connection, path: &Path) -> Result<Connection, StoreError> 
     tx.commit().map_err(db_error)?;
     Ok(conn)
 }
-

@@ -33,8 +33,8 @@ use mesgd_core::acl::{AclError, Permission, Rule};
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 
 use super::password::{self, DEFAULT_PBKDF2_ITERATIONS, HashScheme, PasswordError};
-pub use super::schema::SCHEMA_VERSION;
 use super::schema;
+pub use super::schema::SCHEMA_VERSION;
 use mesgd_core::sync::lock;
 
 /// The longest username accepted, in bytes.
@@ -417,8 +417,11 @@ impl Store {
                     .map_err(db)?;
             }
             if let Some(unrestricted) = changes.unrestricted {
-                tx.execute("UPDATE users SET unrestricted = ?1 WHERE id = ?2", params![unrestricted, user_id])
-                    .map_err(db)?;
+                tx.execute(
+                    "UPDATE users SET unrestricted = ?1 WHERE id = ?2",
+                    params![unrestricted, user_id],
+                )
+                .map_err(db)?;
             }
             load_user(tx, &self.path, username)?.ok_or_else(|| StoreError::UnknownUser(username.to_owned()))
         })

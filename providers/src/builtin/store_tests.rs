@@ -216,7 +216,8 @@ fn rules_move_and_replace_in_place() {
     for p in ["a", "b", "c"] {
         store.add_rule("u", rule(p, Permission::Read), None).expect("adds");
     }
-    let patterns = |store: &Store| store.rules("u").unwrap().into_iter().map(|r| r.pattern).collect::<Vec<_>>();
+    let patterns =
+        |store: &Store| store.rules("u").unwrap().into_iter().map(|r| r.pattern).collect::<Vec<_>>();
     assert_eq!(store.move_rule("u", 2, 0).expect("moves").pattern, "c");
     assert_eq!(patterns(&store), ["c", "a", "b"]);
     assert_eq!(store.move_rule("u", 0, 2).expect("moves").pattern, "c");
@@ -226,8 +227,14 @@ fn rules_move_and_replace_in_place() {
     let old = store.replace_rule("u", 1, rule("x/#", Permission::Deny)).expect("replaces");
     assert_eq!(old.pattern, "b");
     assert_eq!(patterns(&store), ["a", "x/#", "c"]);
-    assert!(matches!(store.replace_rule("u", 1, rule("a/#/b", Permission::Read)), Err(StoreError::InvalidRule(_))));
-    assert!(matches!(store.replace_rule("u", 9, rule("a", Permission::Read)), Err(StoreError::NoSuchRule { .. })));
+    assert!(matches!(
+        store.replace_rule("u", 1, rule("a/#/b", Permission::Read)),
+        Err(StoreError::InvalidRule(_))
+    ));
+    assert!(matches!(
+        store.replace_rule("u", 9, rule("a", Permission::Read)),
+        Err(StoreError::NoSuchRule { .. })
+    ));
 }
 
 #[test]
@@ -237,12 +244,22 @@ fn users_come_in_pages_with_filters() {
         store.add_user(name, AuthType::Basic, Some(b"pw"), false).expect("adds");
     }
     store.set_disabled("dev-3", true).expect("disables");
-    let names = |q: UserQuery<'_>| store.users_page(&q).unwrap().into_iter().map(|u| u.username).collect::<Vec<_>>();
+    let names =
+        |q: UserQuery<'_>| store.users_page(&q).unwrap().into_iter().map(|u| u.username).collect::<Vec<_>>();
     assert_eq!(names(UserQuery { limit: 2, ..UserQuery::default() }), ["alice", "bob"]);
     assert_eq!(names(UserQuery { limit: 2, after: Some("bob"), ..UserQuery::default() }), ["dev-1", "dev-2"]);
-    assert_eq!(names(UserQuery { limit: 9, prefix: Some("dev-"), ..UserQuery::default() }), ["dev-1", "dev-2", "dev-3"]);
+    assert_eq!(
+        names(UserQuery { limit: 9, prefix: Some("dev-"), ..UserQuery::default() }),
+        ["dev-1", "dev-2", "dev-3"]
+    );
     assert_eq!(names(UserQuery { limit: 9, disabled: Some(true), ..UserQuery::default() }), ["dev-3"]);
-    assert_eq!(names(UserQuery { limit: 9, auth_type: Some(AuthType::X509), ..UserQuery::default() }), Vec::<String>::new());
+    assert_eq!(
+        names(UserQuery { limit: 9, auth_type: Some(AuthType::X509), ..UserQuery::default() }),
+        Vec::<String>::new()
+    );
     // LIKE wildcards mean nothing in a prefix.
-    assert_eq!(names(UserQuery { limit: 9, prefix: Some("%"), ..UserQuery::default() }), Vec::<String>::new());
+    assert_eq!(
+        names(UserQuery { limit: 9, prefix: Some("%"), ..UserQuery::default() }),
+        Vec::<String>::new()
+    );
 }

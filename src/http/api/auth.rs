@@ -110,7 +110,10 @@ impl ApiState {
             max_delay_ms: config.login_delay_ms.saturating_mul(8),
             max_tracked: 10_000,
         };
-        let lockout = Lockout { failures: config.login_max_failures, duration: Duration::from_secs(config.login_lockout_s) };
+        let lockout = Lockout {
+            failures: config.login_max_failures,
+            duration: Duration::from_secs(config.login_lockout_s),
+        };
         ApiState {
             sessions: Mutex::new(HashMap::new()),
             guard: LoginGuard::with_lockout(throttle, Some(lockout)),
@@ -133,10 +136,16 @@ impl ApiState {
         let mut sessions = lock(&self.sessions);
         sessions.retain(|_, s| now.duration_since(s.last_seen) < self.idle);
         while sessions.len() >= self.max_sessions {
-            let Some(stalest) = sessions.iter().min_by_key(|(_, s)| s.last_seen).map(|(k, _)| k.clone()) else { break };
+            let Some(stalest) = sessions.iter().min_by_key(|(_, s)| s.last_seen).map(|(k, _)| k.clone())
+            else {
+                break;
+            };
             sessions.remove(&stalest);
         }
-        sessions.insert(id.clone(), BrowserSession { secret, admin: admin.to_owned(), csrf: csrf.clone(), last_seen: now });
+        sessions.insert(
+            id.clone(),
+            BrowserSession { secret, admin: admin.to_owned(), csrf: csrf.clone(), last_seen: now },
+        );
         (format!("{id}.{}", URL_SAFE_NO_PAD.encode(secret)), csrf)
     }
 
@@ -162,14 +171,16 @@ impl ApiState {
     }
 
     fn login_token(&self, now: SystemTime) -> String {
-        let expires = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() + LOGIN_TOKEN_TTL.as_secs();
+        let expires =
+            now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() + LOGIN_TOKEN_TTL.as_secs();
         let nonce = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>());
         let body = format!("{expires}.{nonce}");
         format!("{body}.{}", self.mac(&body))
     }
 
     fn mac(&self, body: &str) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.login_key).unwrap_or_else(|_| unreachable!("any key length"));
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.login_key)
+            .unwrap_or_else(|_| unreachable!("any key length"));
         mac.update(body.as_bytes());
         URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
     }
@@ -245,7 +256,9 @@ fn on_tls(extensions: &axum::http::Extensions) -> bool {
 /// Who is asking, from the bearer token or the session cookie.
 async fn authenticate(ctx: &Arc<ServerContext>, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
     if let Some(value) = headers.get(header::AUTHORIZATION) {
-        let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) else { return Ok(None) };
+        let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) else {
+            return Ok(None);
+        };
         let token = token.trim().to_owned();
         let record = blocking(ctx, move |d| d.store().verify_token(&token)).await?;
         return Ok(record.map(|t| Principal::Token { name: t.name, scope: t.scope }));
@@ -267,7 +280,8 @@ async fn authenticate(ctx: &Arc<ServerContext>, headers: &HeaderMap) -> Result<O
 pub(crate) async fn guard(State(ctx): State<Arc<ServerContext>>, mut req: Request, next: Next) -> Response {
     let changing = is_state_changing(req.method());
     if changing && cross_origin(req.headers()) {
-        return forbidden("cross_origin", "cross-origin requests that change state are refused").into_response();
+        return forbidden("cross_origin", "cross-origin requests that change state are refused")
+            .into_response();
     }
     match blocking(&ctx, |d| d.store().admin_count()).await {
         Ok(0) => {
@@ -292,14 +306,18 @@ pub(crate) async fn guard(State(ctx): State<Arc<ServerContext>>, mut req: Reques
     if let (true, Principal::Session { csrf, .. }) = (changing, &principal) {
         let presented = req.headers().get(CSRF_HEADER).map(HeaderValue::as_bytes).unwrap_or_default();
         if !bool::from(presented.ct_eq(csrf.as_bytes())) {
-            return forbidden("csrf", "this request needs the session's CSRF token in X-CSRF-Token").into_response();
+            return forbidden("csrf", "this request needs the session's CSRF token in X-CSRF-Token")
+                .into_response();
         }
     }
     let read_only = !changing || path == "/acl/test" || path == "/logout";
     let needed = if read_only { Scope::Read } else { Scope::Admin };
     if !principal.scope().covers(needed) {
-        return forbidden("forbidden", format!("this needs the {needed} scope; these credentials have {}", principal.scope()))
-            .into_response();
+        return forbidden(
+            "forbidden",
+            format!("this needs the {needed} scope; these credentials have {}", principal.scope()),
+        )
+        .into_response();
     }
     req.extensions_mut().insert(principal);
     next.run(req).await
@@ -324,7 +342,13 @@ fn cookie_header(name: &str, value: &str, path: &str, tls: bool, max_age: Option
 /// `GET /api/v1/login`: a login CSRF token (stores nothing).
 pub(crate) async fn login_challenge(State(ctx): State<Arc<ServerContext>>, req: Request) -> Response {
     let token = ctx.api.login_token(SystemTime::now());
-    let cookie = cookie_header(LOGIN_COOKIE, &token, "/api/v1/login", on_tls(req.extensions()), Some(LOGIN_TOKEN_TTL.as_secs()));
+    let cookie = cookie_header(
+        LOGIN_COOKIE,
+        &token,
+        "/api/v1/login",
+        on_tls(req.extensions()),
+        Some(LOGIN_TOKEN_TTL.as_secs()),
+    );
     ([(header::SET_COOKIE, cookie)], Json(LoginChallenge { csrf_token: token })).into_response()
 }
 
@@ -350,19 +374,24 @@ pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -
     let cookie_value = cookie(&parts.headers, LOGIN_COOKIE).unwrap_or_default();
     let matches = !cookie_value.is_empty() && bool::from(presented.ct_eq(cookie_value.as_bytes()));
     if !matches || !ctx.api.login_token_valid(cookie_value, SystemTime::now()) {
-        return forbidden("csrf", "a login needs the token of GET /api/v1/login in X-CSRF-Token and its cookie")
-            .into_response();
+        return forbidden(
+            "csrf",
+            "a login needs the token of GET /api/v1/login in X-CSRF-Token and its cookie",
+        )
+        .into_response();
     }
     let tls = on_tls(&parts.extensions);
     let addr = peer(&parts.extensions);
     let req = Request::from_parts(parts, body);
-    let credentials = match <ApiJson<Credentials> as axum::extract::FromRequest<_>>::from_request(req, &ctx).await {
-        Ok(ApiJson(c)) => c,
-        Err(e) => return e.into_response(),
-    };
+    let credentials =
+        match <ApiJson<Credentials> as axum::extract::FromRequest<_>>::from_request(req, &ctx).await {
+            Ok(ApiJson(c)) => c,
+            Err(e) => return e.into_response(),
+        };
     let name = credentials.username;
     if let Some(left) = ctx.api.guard.locked_for(addr, Some(&name)) {
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "locked", "too many failed logins: try again later");
+        let mut e =
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "locked", "too many failed logins: try again later");
         e.retry_after = Some(left.as_secs().max(1));
         return e.into_response();
     }
@@ -378,7 +407,8 @@ pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -
     let Some(admin) = verified else {
         ctx.api.guard.failed(addr, Some(&name));
         tracing::info!(%addr, "administrator login failed");
-        return ApiError::new(StatusCode::UNAUTHORIZED, "bad_credentials", "wrong name or password").into_response();
+        return ApiError::new(StatusCode::UNAUTHORIZED, "bad_credentials", "wrong name or password")
+            .into_response();
     };
     ctx.api.guard.succeeded(addr, Some(&name));
     let (cookie_value, csrf) = ctx.api.open_session(&admin.name, crate::clock::now());
@@ -421,7 +451,9 @@ pub(crate) struct WhoAmI {
 /// `GET /api/v1/whoami`: the credentials of this request (and a session's CSRF token).
 pub(crate) async fn whoami(Extension(principal): Extension<Principal>) -> Json<WhoAmI> {
     Json(match principal {
-        Principal::Token { name, scope } => WhoAmI { kind: "token", name, scope: scope.as_str(), csrf_token: None },
+        Principal::Token { name, scope } => {
+            WhoAmI { kind: "token", name, scope: scope.as_str(), csrf_token: None }
+        }
         Principal::Session { admin, role, csrf, .. } => {
             WhoAmI { kind: "session", name: admin, scope: role.as_str(), csrf_token: Some(csrf) }
         }

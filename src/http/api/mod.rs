@@ -49,7 +49,10 @@ pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
         .route("/users", get(users::list).post(users::create))
         .route("/users/{name}", get(users::get_one).patch(users::modify).delete(users::remove))
         .route("/users/{name}/rules", get(users::list_rules).post(users::add_rule))
-        .route("/users/{name}/rules/{position}", axum::routing::put(users::replace_rule).delete(users::remove_rule))
+        .route(
+            "/users/{name}/rules/{position}",
+            axum::routing::put(users::replace_rule).delete(users::remove_rule),
+        )
         .route("/users/{name}/rules/{position}/move", post(users::move_rule))
         .route("/acl/test", post(users::acl_test))
         .route("/sessions", get(broker::list_sessions))
@@ -62,7 +65,11 @@ pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
         .route("/stats", get(broker::stats))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
         })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::guard))
         .layer(axum::extract::DefaultBodyLimit::max(ctx.api.max_body_bytes()));
@@ -156,9 +163,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(JsonRejection::MissingJsonContentType(e)) => {
-                Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", e.body_text()))
-            }
+            Err(JsonRejection::MissingJsonContentType(e)) => Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                e.body_text(),
+            )),
             Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", e.body_text()))
             }
@@ -222,12 +231,12 @@ pub(crate) fn encode_cursor(key: &str) -> String {
 /// The sort key a cursor stands for.
 pub(crate) fn decode_cursor(cursor: Option<&str>) -> Result<Option<String>, ApiError> {
     let Some(cursor) = cursor else { return Ok(None) };
-    let bytes = URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "the cursor is not one this API gave"))?;
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "the cursor is not one this API gave"))
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "the cursor is not one this API gave")
+    })?;
+    String::from_utf8(bytes).map(Some).map_err(|_| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "the cursor is not one this API gave")
+    })
 }
 
 /// Makes a page from up to `limit + 1` sorted items: the extra one only says there is more.

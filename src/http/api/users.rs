@@ -118,7 +118,12 @@ pub(crate) async fn create(
     let auth_type = new.auth_type.as_deref().map(parse_auth_type).transpose()?.unwrap_or(AuthType::Basic);
     let user = change(&ctx, move |d| {
         let store = d.store();
-        store.add_user(&new.username, auth_type, new.password.as_deref().map(str::as_bytes), new.unrestricted)?;
+        store.add_user(
+            &new.username,
+            auth_type,
+            new.password.as_deref().map(str::as_bytes),
+            new.unrestricted,
+        )?;
         store.user(&new.username)?.ok_or(StoreError::UnknownUser(new.username))
     })
     .await?;
@@ -291,14 +296,19 @@ pub(crate) async fn acl_test(
         "write" => Access::Write,
         other => return Err(ApiError::bad_request(format!("access {other:?}: expected read or write"))),
     };
-    let topic = TopicName::try_from(q.topic.as_str()).map_err(|e| ApiError::bad_request(format!("topic: {e}")))?;
+    let topic =
+        TopicName::try_from(q.topic.as_str()).map_err(|e| ApiError::bad_request(format!("topic: {e}")))?;
     let name = q.username.clone();
     let user = blocking(&ctx, move |d| d.store().user(&name)?.ok_or(StoreError::UnknownUser(name))).await?;
     let rules = user.acl();
     let why = explain(rules.as_deref(), Some(&user.username), &q.client_id, access, &topic);
     let answer = match why {
-        Explanation::Unrestricted => AclAnswer { allowed: true, rule: None, reason: "the user is unrestricted: allow".into() },
-        Explanation::NoMatch => AclAnswer { allowed: false, rule: None, reason: "no rule matched: deny".into() },
+        Explanation::Unrestricted => {
+            AclAnswer { allowed: true, rule: None, reason: "the user is unrestricted: allow".into() }
+        }
+        Explanation::NoMatch => {
+            AclAnswer { allowed: false, rule: None, reason: "no rule matched: deny".into() }
+        }
         Explanation::Rule { index, allowed } => {
             let rule = &user.rules[index];
             AclAnswer {
