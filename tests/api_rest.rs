@@ -108,6 +108,39 @@ async fn without_an_administrator_every_route_says_how_to_make_one() {
     assert_eq!((status, code(&body)), (StatusCode::UNAUTHORIZED, "unauthenticated"));
 }
 
+/// The OpenAPI document is served without credentials, is OpenAPI 3.1, and every operation it
+/// lists is a mounted route that refuses a request without credentials (401, never 404/405).
+#[tokio::test]
+async fn the_openapi_document_lists_exactly_the_mounted_routes() {
+    let (storage, _server, api) = start().await;
+    let (status, headers, doc) = api.send(Method::GET, "/openapi.json", &[], None).await;
+    assert_eq!(status, StatusCode::OK, "served before any administrator exists");
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(doc["openapi"], "3.1.0");
+    storage.mesgd(&["admin", "add", "root", "--password-stdin"], &format!("{ADMIN_PASSWORD}\n")).await;
+    let mut operations = 0;
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        let path = path.strip_prefix("/api/v1").expect("under /api/v1");
+        let concrete = path.replace("{namespace}", "mqtt").replace("{position}", "1").replace(['{', '}'], "");
+        for method in item.as_object().unwrap().keys() {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, _, body) = api.send(method.clone(), &concrete, &[], None).await;
+            // The login itself needs no credentials: its GET gives the login CSRF token, its
+            // POST without that token is refused.
+            let expected = match (path, &method) {
+                ("/login", &Method::GET) => StatusCode::OK,
+                ("/login", _) => StatusCode::FORBIDDEN,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            assert_eq!(status, expected, "{method} {concrete}: {body}");
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, 25, "every operation of the API is in the document");
+    let (status, _, body) = api.send(Method::PUT, "/users", &[("authorization", "Bearer x")], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "credentials are checked before the method: {body}");
+}
+
 #[tokio::test]
 async fn users_rules_and_the_acl_tester() {
     let (storage, server, api) = start().await;

@@ -22,7 +22,8 @@
 //!   (the [`LoginGuard`] with a [`Lockout`]). A locked login is refused with 429 and
 //!   `Retry-After` without its password being checked.
 //! - **No administrator**: while the store has none, every route answers 403 `no_admin` with
-//!   how to make one.
+//!   how to make one. Only the OpenAPI document (`GET /api/v1/openapi.json`) is served without
+//!   credentials: it describes the code, not the broker.
 //! - **Scope**: `GET` needs `read`; every other method needs `admin`, except the ACL tester and
 //!   logout, which change nothing an administrator manages.
 //!
@@ -278,6 +279,9 @@ async fn authenticate(ctx: &Arc<ServerContext>, headers: &HeaderMap) -> Result<O
 
 /// The checks in front of every route (see the module doc).
 pub(crate) async fn guard(State(ctx): State<Arc<ServerContext>>, mut req: Request, next: Next) -> Response {
+    if req.method() == Method::GET && req.uri().path() == super::openapi::PATH {
+        return next.run(req).await;
+    }
     let changing = is_state_changing(req.method());
     if changing && cross_origin(req.headers()) {
         return forbidden("cross_origin", "cross-origin requests that change state are refused")
@@ -323,7 +327,7 @@ pub(crate) async fn guard(State(ctx): State<Arc<ServerContext>>, mut req: Reques
     next.run(req).await
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct LoginChallenge {
     csrf_token: String,
 }
@@ -340,6 +344,7 @@ fn cookie_header(name: &str, value: &str, path: &str, tls: bool, max_age: Option
 }
 
 /// `GET /api/v1/login`: a login CSRF token (stores nothing).
+#[utoipa::path(get, path = "/login", tag = "auth", security(()), responses((status = 200, description = "A login CSRF token, also set as the mesgd_login_csrf cookie", body = LoginChallenge)))]
 pub(crate) async fn login_challenge(State(ctx): State<Arc<ServerContext>>, req: Request) -> Response {
     let token = ctx.api.login_token(SystemTime::now());
     let cookie = cookie_header(
@@ -352,14 +357,14 @@ pub(crate) async fn login_challenge(State(ctx): State<Arc<ServerContext>>, req: 
     ([(header::SET_COOKIE, cookie)], Json(LoginChallenge { csrf_token: token })).into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Credentials {
     username: String,
     password: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct LoggedIn {
     username: String,
     role: &'static str,
@@ -368,6 +373,7 @@ pub(crate) struct LoggedIn {
 }
 
 /// `POST /api/v1/login`.
+#[utoipa::path(post, path = "/login", tag = "auth", security(()), params(("x-csrf-token" = String, Header, description = "The token of GET /api/v1/login")), request_body = Credentials, responses((status = 200, description = "Logged in: the mesgd_session cookie is set", body = LoggedIn), (status = 429, description = "Locked out after repeated failures", body = super::ErrorBody)))]
 pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let presented = parts.headers.get(CSRF_HEADER).map(HeaderValue::as_bytes).unwrap_or_default();
@@ -427,6 +433,7 @@ pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -
 }
 
 /// `POST /api/v1/logout`: ends the browser session.
+#[utoipa::path(post, path = "/logout", tag = "auth", responses((status = 204, description = "The session ended")))]
 pub(crate) async fn logout(
     State(ctx): State<Arc<ServerContext>>,
     Extension(principal): Extension<Principal>,
@@ -439,7 +446,7 @@ pub(crate) async fn logout(
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct WhoAmI {
     kind: &'static str,
     name: String,
@@ -449,6 +456,7 @@ pub(crate) struct WhoAmI {
 }
 
 /// `GET /api/v1/whoami`: the credentials of this request (and a session's CSRF token).
+#[utoipa::path(get, path = "/whoami", tag = "auth", responses((status = 200, description = "The credentials of this request", body = WhoAmI)))]
 pub(crate) async fn whoami(Extension(principal): Extension<Principal>) -> Json<WhoAmI> {
     Json(match principal {
         Principal::Token { name, scope } => {

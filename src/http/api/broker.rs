@@ -39,7 +39,7 @@ fn namespace(text: &str) -> Result<Namespace, ApiError> {
 }
 
 /// A session, and its client when one is connected.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct SessionView {
     namespace: &'static str,
     client_id: String,
@@ -93,8 +93,9 @@ fn session_key(s: &SessionView) -> String {
     format!("{}\u{0}{}", s.namespace, s.client_id)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListSessions {
     limit: Option<usize>,
     cursor: Option<String>,
@@ -108,6 +109,7 @@ pub(crate) struct ListSessions {
 }
 
 /// `GET /api/v1/sessions`, ordered by namespace and id.
+#[utoipa::path(get, path = "/sessions", tag = "sessions", params(ListSessions), responses((status = 200, description = "A page of sessions, by namespace and id", body = Page<SessionView>)))]
 pub(crate) async fn list_sessions(
     State(ctx): State<Arc<ServerContext>>,
     ApiQuery(q): ApiQuery<ListSessions>,
@@ -139,7 +141,7 @@ fn find(ctx: &ServerContext, ns: &str, id: &str) -> Result<Arc<Session>, ApiErro
 }
 
 /// A session with its subscriptions.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct SessionDetail {
     #[serde(flatten)]
     session: SessionView,
@@ -147,6 +149,7 @@ pub(crate) struct SessionDetail {
 }
 
 /// `GET /api/v1/sessions/{namespace}/{id}`
+#[utoipa::path(get, path = "/sessions/{namespace}/{id}", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay"), ("id" = String, Path, description = "The client id")), responses((status = 200, description = "The session with its subscriptions", body = SessionDetail)))]
 pub(crate) async fn get_session(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((ns, id)): ApiPath<(String, String)>,
@@ -156,6 +159,7 @@ pub(crate) async fn get_session(
 }
 
 /// `POST /api/v1/sessions/{namespace}/{id}/kick`: closes the connection (MQTT 5: 0x98).
+#[utoipa::path(post, path = "/sessions/{namespace}/{id}/kick", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay"), ("id" = String, Path, description = "The client id")), responses((status = 204, description = "The connection is being closed"), (status = 409, description = "The session has no connection", body = super::ErrorBody)))]
 pub(crate) async fn kick(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((ns, id)): ApiPath<(String, String)>,
@@ -171,6 +175,7 @@ pub(crate) async fn kick(
 
 /// `DELETE /api/v1/sessions/{namespace}/{id}`: ends an offline session (its subscriptions and
 /// queue go). A connected one is refused: kick it first.
+#[utoipa::path(delete, path = "/sessions/{namespace}/{id}", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay"), ("id" = String, Path, description = "The client id")), responses((status = 204, description = "Ended"), (status = 409, description = "The session is connected", body = super::ErrorBody)))]
 pub(crate) async fn delete_session(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((ns, id)): ApiPath<(String, String)>,
@@ -183,7 +188,7 @@ pub(crate) async fn delete_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct SubscriptionView {
     namespace: &'static str,
     client_id: String,
@@ -214,8 +219,9 @@ fn subscription_key(s: &SubscriptionView) -> String {
     format!("{}\u{0}{}\u{0}{}", s.namespace, s.client_id, s.filter)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListSubscriptions {
     limit: Option<usize>,
     cursor: Option<String>,
@@ -228,6 +234,7 @@ pub(crate) struct ListSubscriptions {
 }
 
 /// `GET /api/v1/subscriptions`, by filter or by client.
+#[utoipa::path(get, path = "/subscriptions", tag = "sessions", params(ListSubscriptions), responses((status = 200, description = "A page of subscriptions", body = Page<SubscriptionView>)))]
 pub(crate) async fn list_subscriptions(
     State(ctx): State<Arc<ServerContext>>,
     ApiQuery(q): ApiQuery<ListSubscriptions>,
@@ -272,7 +279,7 @@ pub(crate) async fn list_subscriptions(
     Ok(Json(page(views, limit, subscription_key)))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct RetainedView {
     topic: String,
     qos: u8,
@@ -296,8 +303,9 @@ fn retained_view(m: &Message, now: std::time::Instant) -> RetainedView {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListRetained {
     limit: Option<usize>,
     cursor: Option<String>,
@@ -306,6 +314,7 @@ pub(crate) struct ListRetained {
 }
 
 /// `GET /api/v1/retained`, ordered by topic.
+#[utoipa::path(get, path = "/retained", tag = "retained", params(ListRetained), responses((status = 200, description = "A page of retained messages, by topic", body = Page<RetainedView>)))]
 pub(crate) async fn list_retained(
     State(ctx): State<Arc<ServerContext>>,
     ApiQuery(q): ApiQuery<ListRetained>,
@@ -325,7 +334,7 @@ fn topic(text: &str) -> Result<TopicName, ApiError> {
 }
 
 /// One retained message, its whole payload in base64 (and as text when it is UTF-8).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct RetainedMessage {
     #[serde(flatten)]
     summary: RetainedView,
@@ -335,6 +344,7 @@ pub(crate) struct RetainedMessage {
 }
 
 /// `GET /api/v1/retained/{topic}`
+#[utoipa::path(get, path = "/retained/{topic}", tag = "retained", params(("topic" = String, Path, description = "The topic, percent-encoded as one segment")), responses((status = 200, description = "The message", body = RetainedMessage)))]
 pub(crate) async fn get_retained(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(text): ApiPath<String>,
@@ -354,6 +364,7 @@ pub(crate) async fn get_retained(
 }
 
 /// `DELETE /api/v1/retained/{topic}`: through the broker, journalled; no subscriber gets it.
+#[utoipa::path(delete, path = "/retained/{topic}", tag = "retained", params(("topic" = String, Path, description = "The topic, percent-encoded as one segment")), responses((status = 204, description = "Cleared")))]
 pub(crate) async fn delete_retained(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(text): ApiPath<String>,
@@ -365,7 +376,7 @@ pub(crate) async fn delete_retained(
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct ProviderView {
     position: usize,
     name: String,
@@ -377,7 +388,7 @@ pub(crate) struct ProviderView {
     error: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct ChainView {
     allow_anonymous: bool,
     providers: Vec<ProviderView>,
@@ -386,6 +397,7 @@ pub(crate) struct ChainView {
 }
 
 /// `GET /api/v1/providers`: the chain in order, with what each provider answered.
+#[utoipa::path(get, path = "/providers", tag = "broker", responses((status = 200, description = "The provider chain in order, with its counters", body = ChainView)))]
 pub(crate) async fn providers(State(ctx): State<Arc<ServerContext>>) -> Json<ChainView> {
     let chain = &ctx.chain;
     let providers = chain
@@ -417,7 +429,7 @@ pub(crate) async fn providers(State(ctx): State<Arc<ServerContext>>) -> Json<Cha
     })
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct StatsView {
     version: &'static str,
     sessions: usize,
@@ -437,6 +449,7 @@ pub(crate) struct StatsView {
 }
 
 /// `GET /api/v1/stats`
+#[utoipa::path(get, path = "/stats", tag = "broker", responses((status = 200, description = "Broker statistics", body = StatsView)))]
 pub(crate) async fn stats(State(ctx): State<Arc<ServerContext>>) -> Json<StatsView> {
     let b = &ctx.broker;
     let s = b.stats();

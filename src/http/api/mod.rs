@@ -7,6 +7,8 @@
 //!   and path extractors that answer with that shape, pagination, and the store helper.
 //! - `auth`: who is asking — API tokens (`Authorization: Bearer`), browser sessions (cookie +
 //!   CSRF token), login with lockout, the cross-origin and no-administrator refusals.
+//! - `openapi`: what the generated OpenAPI document gets besides the routes (security
+//!   schemes, the error answers every route can give).
 //! - `users`: builtin users, their ACL rules, and the ACL tester.
 //! - `broker`: sessions and clients, subscriptions, retained messages, the provider chain and
 //!   broker statistics.
@@ -17,6 +19,7 @@
 
 mod auth;
 mod broker;
+mod openapi;
 mod users;
 
 use std::sync::Arc;
@@ -26,13 +29,15 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mesgd_providers::builtin::{StoreError, UserDirectory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub(crate) use self::auth::ApiState;
 use crate::context::ServerContext;
@@ -40,29 +45,13 @@ use crate::context::ServerContext;
 /// Where the API is mounted.
 pub(crate) const PREFIX: &str = "/api/v1";
 
-/// The routes, with authentication in front of them.
+/// The routes, with authentication in front of them, and the OpenAPI document made from the
+/// same list (`GET /api/v1/openapi.json`), so the two cannot drift apart.
 pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
-    let routes = Router::new()
-        .route("/login", get(auth::login_challenge).post(auth::login))
-        .route("/logout", post(auth::logout))
-        .route("/whoami", get(auth::whoami))
-        .route("/users", get(users::list).post(users::create))
-        .route("/users/{name}", get(users::get_one).patch(users::modify).delete(users::remove))
-        .route("/users/{name}/rules", get(users::list_rules).post(users::add_rule))
-        .route(
-            "/users/{name}/rules/{position}",
-            axum::routing::put(users::replace_rule).delete(users::remove_rule),
-        )
-        .route("/users/{name}/rules/{position}/move", post(users::move_rule))
-        .route("/acl/test", post(users::acl_test))
-        .route("/sessions", get(broker::list_sessions))
-        .route("/sessions/{namespace}/{id}", get(broker::get_session).delete(broker::delete_session))
-        .route("/sessions/{namespace}/{id}/kick", post(broker::kick))
-        .route("/subscriptions", get(broker::list_subscriptions))
-        .route("/retained", get(broker::list_retained))
-        .route("/retained/{topic}", get(broker::get_retained).delete(broker::delete_retained))
-        .route("/providers", get(broker::providers))
-        .route("/stats", get(broker::stats))
+    let (routes, document) = routes().split_for_parts();
+    let document = openapi::finish(document);
+    let routes = routes
+        .route(openapi::PATH, get(move || std::future::ready(document.clone())))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -76,6 +65,28 @@ pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
     Router::new().nest(PREFIX, routes)
 }
 
+/// Every documented route (paths relative to [`PREFIX`]).
+fn routes() -> OpenApiRouter<Arc<ServerContext>> {
+    OpenApiRouter::new()
+        .routes(routes!(auth::login_challenge, auth::login))
+        .routes(routes!(auth::logout))
+        .routes(routes!(auth::whoami))
+        .routes(routes!(users::list, users::create))
+        .routes(routes!(users::get_one, users::modify, users::remove))
+        .routes(routes!(users::list_rules, users::add_rule))
+        .routes(routes!(users::replace_rule, users::remove_rule))
+        .routes(routes!(users::move_rule))
+        .routes(routes!(users::acl_test))
+        .routes(routes!(broker::list_sessions))
+        .routes(routes!(broker::get_session, broker::delete_session))
+        .routes(routes!(broker::kick))
+        .routes(routes!(broker::list_subscriptions))
+        .routes(routes!(broker::list_retained))
+        .routes(routes!(broker::get_retained, broker::delete_retained))
+        .routes(routes!(broker::providers))
+        .routes(routes!(broker::stats))
+}
+
 /// The one error shape: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -85,15 +96,19 @@ pub(crate) struct ApiError {
     retry_after: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorDetail<'a>,
+/// The body of every error answer.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
 }
 
-#[derive(Serialize)]
-struct ErrorDetail<'a> {
-    code: &'a str,
-    message: &'a str,
+/// What went wrong.
+#[derive(Serialize, utoipa::ToSchema)]
+struct ErrorDetail {
+    /// A stable, machine-readable code (`not_found`, `csrf`, `locked`, ...).
+    code: String,
+    /// What was wrong, for people.
+    message: String,
 }
 
 impl ApiError {
@@ -120,7 +135,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code, message: &self.message } };
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_owned(), message: self.message } };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
@@ -209,7 +224,7 @@ const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
 /// A page of items and the cursor of the next page (absent on the last page).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct Page<T> {
     items: Vec<T>,
     next_cursor: Option<String>,

@@ -16,7 +16,7 @@ use super::{ApiError, ApiJson, ApiPath, ApiQuery, Page, blocking, change, decode
 use crate::context::ServerContext;
 
 /// A user as the API shows it: never a password or its hash.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct UserView {
     username: String,
     auth_type: &'static str,
@@ -41,7 +41,7 @@ impl From<&UserRecord> for UserView {
 }
 
 /// A rule with its position (from 1).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct RuleView {
     position: usize,
     pattern: String,
@@ -65,8 +65,9 @@ fn index_of(position: usize) -> Result<usize, ApiError> {
     position.checked_sub(1).ok_or_else(|| ApiError::bad_request("rule positions start at 1"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListUsers {
     limit: Option<usize>,
     cursor: Option<String>,
@@ -76,6 +77,7 @@ pub(crate) struct ListUsers {
 }
 
 /// `GET /api/v1/users`
+#[utoipa::path(get, path = "/users", tag = "users", params(ListUsers), responses((status = 200, description = "A page of users, by name", body = Page<UserView>)))]
 pub(crate) async fn list(
     State(ctx): State<Arc<ServerContext>>,
     ApiQuery(q): ApiQuery<ListUsers>,
@@ -98,7 +100,7 @@ pub(crate) async fn list(
     Ok(Json(page(views, limit, |u: &UserView| u.username.clone())))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewUser {
     username: String,
@@ -111,6 +113,7 @@ pub(crate) struct NewUser {
 }
 
 /// `POST /api/v1/users`
+#[utoipa::path(post, path = "/users", tag = "users", request_body = NewUser, responses((status = 201, description = "Created", body = UserView), (status = 409, description = "The name is taken", body = super::ErrorBody)))]
 pub(crate) async fn create(
     State(ctx): State<Arc<ServerContext>>,
     ApiJson(new): ApiJson<NewUser>,
@@ -131,6 +134,7 @@ pub(crate) async fn create(
 }
 
 /// `GET /api/v1/users/{name}`
+#[utoipa::path(get, path = "/users/{name}", tag = "users", params(("name" = String, Path, description = "The user name")), responses((status = 200, description = "The user", body = UserView)))]
 pub(crate) async fn get_one(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(name): ApiPath<String>,
@@ -139,7 +143,7 @@ pub(crate) async fn get_one(
     Ok(Json(UserView::from(&user)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UserPatch {
     password: Option<String>,
@@ -149,6 +153,7 @@ pub(crate) struct UserPatch {
 }
 
 /// `PATCH /api/v1/users/{name}`: password, auth type, enable/disable, unrestricted, together.
+#[utoipa::path(patch, path = "/users/{name}", tag = "users", params(("name" = String, Path, description = "The user name")), request_body = UserPatch, responses((status = 200, description = "The user as changed", body = UserView)))]
 pub(crate) async fn modify(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(name): ApiPath<String>,
@@ -165,6 +170,7 @@ pub(crate) async fn modify(
 }
 
 /// `DELETE /api/v1/users/{name}`: its connections are closed.
+#[utoipa::path(delete, path = "/users/{name}", tag = "users", params(("name" = String, Path, description = "The user name")), responses((status = 204, description = "Removed; its connections are closed")))]
 pub(crate) async fn remove(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(name): ApiPath<String>,
@@ -173,14 +179,16 @@ pub(crate) async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListRules {
     limit: Option<usize>,
     cursor: Option<String>,
 }
 
 /// `GET /api/v1/users/{name}/rules`: in order.
+#[utoipa::path(get, path = "/users/{name}/rules", tag = "rules", params(("name" = String, Path, description = "The user name"), ListRules), responses((status = 200, description = "A page of rules, in order", body = Page<RuleView>)))]
 pub(crate) async fn list_rules(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(name): ApiPath<String>,
@@ -196,7 +204,7 @@ pub(crate) async fn list_rules(
     Ok(Json(page(views, limit, |r: &RuleView| r.position.to_string())))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewRule {
     pattern: String,
@@ -206,6 +214,7 @@ pub(crate) struct NewRule {
 }
 
 /// `POST /api/v1/users/{name}/rules`
+#[utoipa::path(post, path = "/users/{name}/rules", tag = "rules", params(("name" = String, Path, description = "The user name")), request_body = NewRule, responses((status = 201, description = "Inserted", body = RuleView)))]
 pub(crate) async fn add_rule(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath(name): ApiPath<String>,
@@ -218,7 +227,7 @@ pub(crate) async fn add_rule(
     Ok((StatusCode::CREATED, Json(rule_view(index, &view_rule))).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RuleBody {
     pattern: String,
@@ -226,6 +235,7 @@ pub(crate) struct RuleBody {
 }
 
 /// `PUT /api/v1/users/{name}/rules/{position}`: replaces the rule.
+#[utoipa::path(put, path = "/users/{name}/rules/{position}", tag = "rules", params(("name" = String, Path, description = "The user name"), ("position" = u64, Path, description = "The rule position, from 1")), request_body = RuleBody, responses((status = 200, description = "The new rule", body = RuleView)))]
 pub(crate) async fn replace_rule(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((name, position)): ApiPath<(String, usize)>,
@@ -239,6 +249,7 @@ pub(crate) async fn replace_rule(
 }
 
 /// `DELETE /api/v1/users/{name}/rules/{position}`
+#[utoipa::path(delete, path = "/users/{name}/rules/{position}", tag = "rules", params(("name" = String, Path, description = "The user name"), ("position" = u64, Path, description = "The rule position, from 1")), responses((status = 204, description = "Removed")))]
 pub(crate) async fn remove_rule(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((name, position)): ApiPath<(String, usize)>,
@@ -248,13 +259,14 @@ pub(crate) async fn remove_rule(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MoveTo {
     to: usize,
 }
 
 /// `POST /api/v1/users/{name}/rules/{position}/move`: `{"to": N}`.
+#[utoipa::path(post, path = "/users/{name}/rules/{position}/move", tag = "rules", params(("name" = String, Path, description = "The user name"), ("position" = u64, Path, description = "The rule position, from 1")), request_body = MoveTo, responses((status = 200, description = "The rule at its new position", body = RuleView)))]
 pub(crate) async fn move_rule(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((name, position)): ApiPath<(String, usize)>,
@@ -265,7 +277,7 @@ pub(crate) async fn move_rule(
     Ok(Json(rule_view(to, &rule)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AclQuestion {
     username: String,
@@ -277,7 +289,7 @@ pub(crate) struct AclQuestion {
     topic: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct AclAnswer {
     allowed: bool,
     /// The rule that decides, if one does.
@@ -287,6 +299,7 @@ pub(crate) struct AclAnswer {
 }
 
 /// `POST /api/v1/acl/test`: "may alice read devices/bob/x?", answered with the deciding rule.
+#[utoipa::path(post, path = "/acl/test", tag = "rules", request_body = AclQuestion, responses((status = 200, description = "The decision and the rule that makes it", body = AclAnswer)))]
 pub(crate) async fn acl_test(
     State(ctx): State<Arc<ServerContext>>,
     ApiJson(q): ApiJson<AclQuestion>,
