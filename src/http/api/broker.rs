@@ -99,6 +99,8 @@ fn session_key(s: &SessionView) -> String {
 pub(crate) struct ListSessions {
     limit: Option<usize>,
     cursor: Option<String>,
+    /// `mqtt` or `relay`.
+    #[param(pattern = "^(mqtt|relay)$")]
     namespace: Option<String>,
     online: Option<bool>,
     username: Option<String>,
@@ -149,7 +151,7 @@ pub(crate) struct SessionDetail {
 }
 
 /// `GET /api/v1/sessions/{namespace}/{id}`
-#[utoipa::path(get, path = "/sessions/{namespace}/{id}", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay"), ("id" = String, Path, description = "The client id")), responses((status = 200, description = "The session with its subscriptions", body = SessionDetail)))]
+#[utoipa::path(get, path = "/sessions/{namespace}/{id}", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay", pattern = "^(mqtt|relay)$"), ("id" = String, Path, description = "The client id")), responses((status = 200, description = "The session with its subscriptions", body = SessionDetail)))]
 pub(crate) async fn get_session(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((ns, id)): ApiPath<(String, String)>,
@@ -159,7 +161,7 @@ pub(crate) async fn get_session(
 }
 
 /// `POST /api/v1/sessions/{namespace}/{id}/kick`: closes the connection (MQTT 5: 0x98).
-#[utoipa::path(post, path = "/sessions/{namespace}/{id}/kick", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay"), ("id" = String, Path, description = "The client id")), responses((status = 204, description = "The connection is being closed"), (status = 409, description = "The session has no connection", body = super::ErrorBody)))]
+#[utoipa::path(post, path = "/sessions/{namespace}/{id}/kick", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay", pattern = "^(mqtt|relay)$"), ("id" = String, Path, description = "The client id")), responses((status = 204, description = "The connection is being closed"), (status = 409, description = "The session has no connection", body = super::ErrorBody)))]
 pub(crate) async fn kick(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((ns, id)): ApiPath<(String, String)>,
@@ -175,7 +177,7 @@ pub(crate) async fn kick(
 
 /// `DELETE /api/v1/sessions/{namespace}/{id}`: ends an offline session (its subscriptions and
 /// queue go). A connected one is refused: kick it first.
-#[utoipa::path(delete, path = "/sessions/{namespace}/{id}", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay"), ("id" = String, Path, description = "The client id")), responses((status = 204, description = "Ended"), (status = 409, description = "The session is connected", body = super::ErrorBody)))]
+#[utoipa::path(delete, path = "/sessions/{namespace}/{id}", tag = "sessions", params(("namespace" = String, Path, description = "mqtt or relay", pattern = "^(mqtt|relay)$"), ("id" = String, Path, description = "The client id")), responses((status = 204, description = "Ended"), (status = 409, description = "The session is connected", body = super::ErrorBody)))]
 pub(crate) async fn delete_session(
     State(ctx): State<Arc<ServerContext>>,
     ApiPath((ns, id)): ApiPath<(String, String)>,
@@ -230,6 +232,8 @@ pub(crate) struct ListSubscriptions {
     /// Only subscriptions that a message on this topic reaches.
     matching: Option<String>,
     client_id: Option<String>,
+    /// `mqtt` or `relay`.
+    #[param(pattern = "^(mqtt|relay)$")]
     namespace: Option<String>,
 }
 

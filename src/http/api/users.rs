@@ -72,6 +72,8 @@ pub(crate) struct ListUsers {
     limit: Option<usize>,
     cursor: Option<String>,
     prefix: Option<String>,
+    /// `basic` or `x509`.
+    #[param(pattern = "^(basic|x509)$")]
     auth_type: Option<String>,
     disabled: Option<bool>,
 }
@@ -104,7 +106,9 @@ pub(crate) async fn list(
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewUser {
     username: String,
+    /// `basic` (the default) or `x509`.
     #[serde(default)]
+    #[schema(pattern = "^(basic|x509)$")]
     auth_type: Option<String>,
     #[serde(default)]
     password: Option<String>,
@@ -147,6 +151,8 @@ pub(crate) async fn get_one(
 #[serde(deny_unknown_fields)]
 pub(crate) struct UserPatch {
     password: Option<String>,
+    /// `basic` or `x509`.
+    #[schema(pattern = "^(basic|x509)$")]
     auth_type: Option<String>,
     disabled: Option<bool>,
     unrestricted: Option<bool>,
@@ -208,6 +214,8 @@ pub(crate) async fn list_rules(
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewRule {
     pattern: String,
+    /// `read`, `write`, `readwrite` (or `rw`, `all`) or `deny`.
+    #[schema(pattern = "^(read|write|readwrite|rw|all|deny)$")]
     permission: String,
     /// Insert here (1 = first); at the end without it.
     position: Option<usize>,
@@ -231,6 +239,8 @@ pub(crate) async fn add_rule(
 #[serde(deny_unknown_fields)]
 pub(crate) struct RuleBody {
     pattern: String,
+    /// `read`, `write`, `readwrite` (or `rw`, `all`) or `deny`.
+    #[schema(pattern = "^(read|write|readwrite|rw|all|deny)$")]
     permission: String,
 }
 
@@ -285,6 +295,7 @@ pub(crate) struct AclQuestion {
     #[serde(default)]
     client_id: String,
     /// `read` or `write`.
+    #[schema(pattern = "^(read|write)$")]
     access: String,
     topic: String,
 }
@@ -299,7 +310,7 @@ pub(crate) struct AclAnswer {
 }
 
 /// `POST /api/v1/acl/test`: "may alice read devices/bob/x?", answered with the deciding rule.
-#[utoipa::path(post, path = "/acl/test", tag = "rules", request_body = AclQuestion, responses((status = 200, description = "The decision and the rule that makes it", body = AclAnswer)))]
+#[utoipa::path(post, path = "/acl/test", tag = "rules", request_body = AclQuestion, responses((status = 200, description = "The decision and the rule that makes it", body = AclAnswer), (status = 404, description = "No such user", body = super::ErrorBody)))]
 pub(crate) async fn acl_test(
     State(ctx): State<Arc<ServerContext>>,
     ApiJson(q): ApiJson<AclQuestion>,
