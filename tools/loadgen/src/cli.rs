@@ -147,7 +147,7 @@ fn window(text: &str) -> Result<u32, String> {
 
 /// Idle connection options.
 #[derive(Clone, Debug, Args)]
-pub(crate) struct Idle {
+pub(crate) struct IdlePlan {
     /// Connections to open and hold.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=200_000))]
     pub(crate) conns: u32,
@@ -223,7 +223,7 @@ pub(crate) enum Command {
         #[arg(long)]
         subscribe: bool,
         #[command(flatten)]
-        idle: Idle,
+        idle: IdlePlan,
         #[command(flatten)]
         common: Common,
     },
@@ -300,7 +300,7 @@ pub(crate) enum Command {
         #[command(flatten)]
         relay: Relay,
         #[command(flatten)]
-        idle: Idle,
+        idle: IdlePlan,
         #[command(flatten)]
         common: Common,
     },
@@ -403,8 +403,13 @@ mod tests {
     #[test]
     fn defaults() {
         let cli = parse(&["relay-room", "--addr", "localhost:7000", "--transport", "ws"]).unwrap();
-        let Command::RelayRoom { relay, subs, window, common } = cli.command else { panic!("not relay-room") };
-        assert_eq!((relay.addr.to_string(), relay.transport, subs, window), ("127.0.0.1:7000".into(), Transport::Ws, 100, 16));
+        let Command::RelayRoom { relay, subs, window, common } = cli.command else {
+            panic!("not relay-room")
+        };
+        assert_eq!(
+            (relay.addr.to_string(), relay.transport, subs, window),
+            ("127.0.0.1:7000".into(), Transport::Ws, 100, 16)
+        );
         assert_eq!((common.warmup, common.duration), (Duration::from_secs(1), Duration::from_secs(5)));
     }
 }

@@ -78,7 +78,12 @@ pub(crate) async fn client(
     Ok(row.into_value())
 }
 
-fn spawn_conn(sock: TcpStream, ctx: Arc<Ctx>, i: usize, frame: usize) -> tokio::task::JoinHandle<run::TaskOut> {
+fn spawn_conn(
+    sock: TcpStream,
+    ctx: Arc<Ctx>,
+    i: usize,
+    frame: usize,
+) -> tokio::task::JoinHandle<run::TaskOut> {
     tokio::spawn(async move {
         let (mut rd, mut wr) = sock.into_split();
         let window = &ctx.windows[i];

@@ -77,7 +77,8 @@ impl SetupError {
     /// A short key for counting this error among others of its kind: no addresses, no ids.
     pub(crate) fn kind(&self) -> String {
         match self {
-            SetupError::Io { what, source } => format!("{what}: {}", source.kind()),
+            // The kind's name (`ConnectionRefused`): stable across Rust versions, unlike its text.
+            SetupError::Io { what, source } => format!("{what}: {:?}", source.kind()),
             SetupError::Timeout { what, .. } => format!("{what}: timeout"),
             SetupError::Closed { what } => format!("{what}: closed"),
             SetupError::Frame { what, source } => format!("{what}: {source}"),

@@ -161,7 +161,9 @@ impl Reader {
                             let code = self.buf[payload].get(..2).map(|c| u16::from_be_bytes([c[0], c[1]]));
                             return Ok(Some(Event::Close(code)));
                         }
-                        opcode::CONTINUATION if !self.assembling => return Err(ws::WsError::Fragmentation.into()),
+                        opcode::CONTINUATION if !self.assembling => {
+                            return Err(ws::WsError::Fragmentation.into());
+                        }
                         opcode::TEXT | opcode::BINARY if self.assembling => {
                             return Err(ws::WsError::Fragmentation.into());
                         }
@@ -294,7 +296,10 @@ impl Link {
 
     fn from_stream(stream: TcpStream, framing: Framing, initial: Vec<u8>) -> Link {
         let (rd, wr) = stream.into_split();
-        Link { reader: Reader::new(ReadIo::Tcp(rd), framing, initial), writer: Writer::new(WriteIo::Tcp(wr), framing) }
+        Link {
+            reader: Reader::new(ReadIo::Tcp(rd), framing, initial),
+            writer: Writer::new(WriteIo::Tcp(wr), framing),
+        }
     }
 
     /// A WebSocket connection to `path`, with extra request headers.
@@ -331,7 +336,8 @@ impl Link {
 
     /// A UDP socket on 127.0.0.1 (or ::1) connected to `addr`.
     pub(crate) async fn udp(addr: SocketAddr) -> Result<Link, SetupError> {
-        let local: SocketAddr = if addr.is_ipv4() { "127.0.0.1:0" } else { "[::1]:0" }.parse().expect("literal");
+        let local: SocketAddr =
+            if addr.is_ipv4() { "127.0.0.1:0" } else { "[::1]:0" }.parse().expect("literal");
         let sock = UdpSocket::bind(local).await.map_err(SetupError::io("udp bind"))?;
         sock.connect(addr).await.map_err(SetupError::io("udp connect"))?;
         let sock = Arc::new(sock);
@@ -343,7 +349,11 @@ impl Link {
 
     /// Waits (at most `timeout`) for the next message, answering pings on the way, and returns a
     /// copy of it. For handshakes, not for the load.
-    pub(crate) async fn next_message(&mut self, what: &'static str, timeout: Duration) -> Result<Vec<u8>, SetupError> {
+    pub(crate) async fn next_message(
+        &mut self,
+        what: &'static str,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, SetupError> {
         let wait = async {
             loop {
                 let mut pong = None;
@@ -396,8 +406,12 @@ mod tests {
                 req.extend_from_slice(&b[..n]);
             }
             let text = String::from_utf8(req).unwrap();
-            let key = text.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_owned();
-            assert!(text.starts_with("GET /x/y HTTP/1.1\r\n") && text.contains("Authorization: Bearer t\r\n"), "{text}");
+            let key =
+                text.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_owned();
+            assert!(
+                text.starts_with("GET /x/y HTTP/1.1\r\n") && text.contains("Authorization: Bearer t\r\n"),
+                "{text}"
+            );
             let mut out = format!(
                 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                  Sec-WebSocket-Accept: {}\r\n\r\n",
@@ -420,8 +434,9 @@ mod tests {
         let headers = [("Authorization".to_owned(), "Bearer t".to_owned())];
         let mut link = Link::websocket(addr, "/x/y", &headers).await.unwrap();
         let mut seen = Vec::new();
-        while seen.len() < 3 {
-            assert!(link.reader.fill().await.unwrap());
+        // The frames may arrive with the upgrade response, so what is buffered is taken before
+        // the socket is read again.
+        loop {
             while let Some(ev) = link.reader.next().unwrap() {
                 match ev {
                     Event::Message(m) => seen.push(String::from_utf8(m.to_vec()).unwrap()),
@@ -435,9 +450,14 @@ mod tests {
             if link.writer.has_pending() {
                 link.writer.flush().await.unwrap();
             }
+            if seen.len() >= 3 {
+                break;
+            }
+            let filled = tokio::time::timeout(Duration::from_secs(10), link.reader.fill()).await;
+            assert!(filled.expect("the server's frames within 10 s").unwrap());
         }
         assert_eq!(seen, ["ping hi", "{\"a\":1}", "{}"]);
-        server.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server).await.expect("the pong within 10 s").unwrap();
     }
 
     #[tokio::test]
@@ -457,6 +477,9 @@ mod tests {
             assert!(link.reader.fill().await.unwrap());
         }
         assert_eq!(link.reader.next(), Ok(Some(Event::Message(b"{}"))));
-        assert_eq!(link.reader.next(), Err(FrameError::TooLarge { len: RELAY_MAX_FRAME + 1, max: RELAY_MAX_FRAME }));
+        assert_eq!(
+            link.reader.next(),
+            Err(FrameError::TooLarge { len: RELAY_MAX_FRAME + 1, max: RELAY_MAX_FRAME })
+        );
     }
 }

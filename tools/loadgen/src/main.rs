@@ -118,7 +118,8 @@ async fn run(command: &Command) -> Result<Value, SetupError> {
             Ok(Value::Null)
         }
         Command::Echo { addr, conns, window, frame, common } => {
-            echo::client(*addr, *conns, *window, *frame as usize, timing(common), common.stall, &meta(common)).await
+            echo::client(*addr, *conns, *window, *frame as usize, timing(common), common.stall, &meta(common))
+                .await
         }
         Command::RelayPairs { relay: r, pairs, window, common } => {
             relay::load::pairs(&relay_config(r, common), *pairs, *window).await

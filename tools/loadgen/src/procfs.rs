@@ -75,7 +75,12 @@ mod tests {
 
     #[test]
     fn stat_refuses_truncated_or_garbled_text() {
-        for text in ["", "4242 (x) S 1 2 3", "4242 x S 1 4242 4242 0 -1 0 0 0 0 0 1 2", "4242 (x) S 1 2 3 4 5 6 7 8 9 10 x 2"] {
+        for text in [
+            "",
+            "4242 (x) S 1 2 3",
+            "4242 x S 1 4242 4242 0 -1 0 0 0 0 0 1 2",
+            "4242 (x) S 1 2 3 4 5 6 7 8 9 10 x 2",
+        ] {
             assert_eq!(stat_cpu_ticks(text), None, "{text:?}");
         }
     }

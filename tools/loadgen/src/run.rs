@@ -168,7 +168,7 @@ fn filled(r: std::io::Result<bool>, ctx: &Ctx) -> bool {
             false
         }
         Err(e) => {
-            ctx.errors.add(&format!("read: {}", e.kind()));
+            ctx.errors.add(&format!("read: {:?}", e.kind()));
             false
         }
     }
@@ -178,7 +178,7 @@ async fn flushed(link: &mut Link, ctx: &Ctx) -> bool {
     match link.writer.flush().await {
         Ok(()) => true,
         Err(e) => {
-            ctx.errors.add(&format!("write: {}", e.kind()));
+            ctx.errors.add(&format!("write: {:?}", e.kind()));
             false
         }
     }
@@ -221,7 +221,6 @@ pub(crate) fn spawn_closed_sender(
                 biased;
                 _ = ctx.stopped() => break,
                 r = link.reader.fill() => {
-                    eprintln!("DEBUG fill {r:?}");
                     if !filled(r, &ctx) || !drain(&mut link, &mut wire, &ctx, refund, &mut out) {
                         break;
                     }
@@ -230,7 +229,6 @@ pub(crate) fn spawn_closed_sender(
                     }
                 }
                 n = ctx.windows[source as usize].take(cost, MAX_BATCH, ctx.stall) => {
-                    eprintln!("DEBUG take {n}");
                     let stamp = Stamp { sent_ns: ctx.clock.now_ns(), source };
                     for _ in 0..n {
                         wire.put(&mut link.writer, stamp);
@@ -255,7 +253,13 @@ pub(crate) struct Ticks {
 /// A paced (open-loop) sender: writes one message per tick of the pacer, stamped with the
 /// tick's intended time, so that a broker (or generator) stall shows up in the latency of
 /// every message it delayed instead of in fewer samples (no coordinated omission).
-pub(crate) fn spawn_paced_sender(mut link: Link, mut wire: impl Wire, ctx: Arc<Ctx>, source: u32, mut ticks: Ticks) -> JoinHandle<TaskOut> {
+pub(crate) fn spawn_paced_sender(
+    mut link: Link,
+    mut wire: impl Wire,
+    ctx: Arc<Ctx>,
+    source: u32,
+    mut ticks: Ticks,
+) -> JoinHandle<TaskOut> {
     tokio::spawn(async move {
         let mut out = TaskOut::empty();
         loop {
@@ -406,6 +410,7 @@ pub(crate) async fn finish(stopper: Stopper, tasks: Vec<JoinHandle<TaskOut>>, ct
 
 /// A tag that keeps this run's topics, client ids and addresses apart from any other run's.
 pub(crate) fn run_tag() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
     format!("{:x}", (u64::from(std::process::id()) << 32 | u64::from(nanos)) % 0xffff_ffff)
 }

@@ -99,7 +99,8 @@ mod tests {
         put_text(&mut out, Stamp { sent_ns: 0x0123_4567_89ab_cdef, source: 0x2a }, 30);
         assert_eq!(out, b"ct=0123456789abcdef0000002axxxxxx");
         assert_eq!(read_text(&out[3..]), Some(Stamp { sent_ns: 0x0123_4567_89ab_cdef, source: 42 }));
-        for bad in [&b"0123456789abcdef0000002"[..], b"0123456789ABCDEF0000002a", b"0123456789abcdef-000002a"] {
+        for bad in [&b"0123456789abcdef0000002"[..], b"0123456789ABCDEF0000002a", b"0123456789abcdef-000002a"]
+        {
             assert_eq!(read_text(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
@@ -110,7 +111,7 @@ mod tests {
         put_binary(&mut p, Stamp { sent_ns: 1, source: 2 });
         assert_eq!(p, [1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
         let mut short = [0u8; 5];
-        put_binary(&mut short, Stamp { sent_ns: 0x0504_0302_01, source: 9 });
+        put_binary(&mut short, Stamp { sent_ns: 0x0005_0403_0201, source: 9 });
         assert_eq!(short, [1, 2, 3, 4, 5]);
         assert_eq!(read_binary(&short), None);
     }

@@ -253,7 +253,8 @@ mod tests {
         let mut b = Snapshot::take(&counters, None);
         b.at = a.at + std::time::Duration::from_millis(500);
         let i = Interval::between(a, Snapshot { broker_cpu_s: Some(0.25), ..b });
-        let mut row = Row::new("x", &Meta { label: "l".into(), round: Some(2), broker: None }, "tcp", json!({}));
+        let mut row =
+            Row::new("x", &Meta { label: "l".into(), round: Some(2), broker: None }, "tcp", json!({}));
         i.write(&mut row);
         let v = row.into_value();
         assert_eq!(v["published_msgs_per_s"], 1000.0);

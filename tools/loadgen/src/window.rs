@@ -28,7 +28,12 @@ pub(crate) struct Window {
 impl Window {
     /// A window of `limit` credits.
     pub(crate) fn new(limit: u64) -> Window {
-        Window { limit, in_flight: AtomicU64::new(0), written_off: AtomicU64::new(0), returned: Notify::new() }
+        Window {
+            limit,
+            in_flight: AtomicU64::new(0),
+            written_off: AtomicU64::new(0),
+            returned: Notify::new(),
+        }
     }
 
     /// Waits until one message of `cost` credits fits, then takes credits for as many messages

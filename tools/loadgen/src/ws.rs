@@ -112,9 +112,7 @@ pub(crate) fn check_response(buf: &[u8], key: &str) -> Result<Option<usize>, WsE
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "upgrade" => upgrade = value.eq_ignore_ascii_case("websocket"),
-            "connection" => {
-                connection = value.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            }
+            "connection" => connection = value.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")),
             "sec-websocket-accept" => accept = value == want,
             _ => {}
         }
@@ -213,15 +211,28 @@ mod tests {
     #[test]
     fn handshake_responses() {
         let key = "dGhlIHNhbXBsZSBub25jZQ==";
-        let good: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\
+        let good: &[u8] =
+            b"HTTP/1.1 101 Switching Protocols\r\nupgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\
                     Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi";
         assert_eq!(check_response(good, key), Ok(Some(good.len() - 4)));
         assert_eq!(check_response(&good[..40], key), Ok(None));
         let cases = [
-            ("HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n", WsError::Refused("HTTP/1.1 401 Unauthorized".into())),
-            ("HTTP/1.1 101 OK\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n", WsError::BadHeader("Upgrade")),
-            ("HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n", WsError::BadHeader("Connection")),
-            ("HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: nope\r\n\r\n", WsError::BadHeader("Sec-WebSocket-Accept")),
+            (
+                "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n",
+                WsError::Refused("HTTP/1.1 401 Unauthorized".into()),
+            ),
+            (
+                "HTTP/1.1 101 OK\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+                WsError::BadHeader("Upgrade"),
+            ),
+            (
+                "HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+                WsError::BadHeader("Connection"),
+            ),
+            (
+                "HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: nope\r\n\r\n",
+                WsError::BadHeader("Sec-WebSocket-Accept"),
+            ),
         ];
         for (resp, want) in cases {
             assert_eq!(check_response(resp.as_bytes(), key), Err(want), "{resp}");
@@ -238,7 +249,8 @@ mod tests {
             assert_eq!(out.len(), head + len, "{len}");
             assert_eq!(out[0], 0x81);
             assert_eq!(out[1] & 0x80, 0x80);
-            let unmasked: Vec<u8> = out[head..].iter().enumerate().map(|(i, b)| b ^ [1, 2, 3, 4][i % 4]).collect();
+            let unmasked: Vec<u8> =
+                out[head..].iter().enumerate().map(|(i, b)| b ^ [1, 2, 3, 4][i % 4]).collect();
             assert_eq!(unmasked, payload);
         }
     }

@@ -99,7 +99,13 @@ pub(crate) fn put_subscribe(out: &mut Vec<u8>, packet_id: u16, filter: &str, qos
 
 /// Appends a PUBLISH with a zeroed payload of `payload_len` bytes and returns the payload's
 /// offset in `out`, for the caller to stamp. `packet_id` is used for QoS 1 only.
-pub(crate) fn put_publish(out: &mut Vec<u8>, topic: &[u8], qos: u8, packet_id: u16, payload_len: usize) -> usize {
+pub(crate) fn put_publish(
+    out: &mut Vec<u8>,
+    topic: &[u8],
+    qos: u8,
+    packet_id: u16,
+    payload_len: usize,
+) -> usize {
     out.push(0x30 | (qos << 1));
     put_len(out, 2 + topic.len() + if qos > 0 { 2 } else { 0 } + payload_len);
     put_str(out, topic);
@@ -230,7 +236,8 @@ mod tests {
         let mut out = Vec::new();
         put_connect(&mut out, "c1", 60, Some("u"), Some("pw"));
         let want: &[u8] = &[
-            0x10, 21, 0, 4, b'M', b'Q', b'T', b'T', 4, 0xc2, 0, 60, 0, 2, b'c', b'1', 0, 1, b'u', 0, 2, b'p', b'w',
+            0x10, 21, 0, 4, b'M', b'Q', b'T', b'T', 4, 0xc2, 0, 60, 0, 2, b'c', b'1', 0, 1, b'u', 0, 2, b'p',
+            b'w',
         ];
         assert_eq!(out, want);
         out.clear();
@@ -264,7 +271,8 @@ mod tests {
 
     #[test]
     fn malformed_packets() {
-        let table: [(&[u8], Result<Option<usize>, MqttError>); 5] = [
+        type Case = (&'static [u8], Result<Option<usize>, MqttError>);
+        let table: [Case; 5] = [
             (&[0x30, 0xff, 0xff, 0xff, 0xff, 0x01], Err(MqttError::RemainingLength)),
             (&[0x30, 0x80, 0x80, 0x80, 0x01], Err(MqttError::TooLarge(1 + 4 + (1 << 21)))),
             (&[0x30], Ok(None)),

@@ -68,12 +68,21 @@ fn topology(shape: Shape, tag: &str) -> (Vec<String>, Vec<String>, u64) {
             let topics: Vec<String> = (0..n).map(|i| format!("lg/{tag}/p/{i}")).collect();
             (topics.clone(), topics, 1)
         }
-        Shape::Fanout(s) => (vec![format!("lg/{tag}/f"); s as usize], vec![format!("lg/{tag}/f")], u64::from(s)),
-        Shape::Fanin(p) => (vec![format!("lg/{tag}/i/#")], (0..p).map(|i| format!("lg/{tag}/i/{i}")).collect(), 1),
+        Shape::Fanout(s) => {
+            (vec![format!("lg/{tag}/f"); s as usize], vec![format!("lg/{tag}/f")], u64::from(s))
+        }
+        Shape::Fanin(p) => {
+            (vec![format!("lg/{tag}/i/#")], (0..p).map(|i| format!("lg/{tag}/i/{i}")).collect(), 1)
+        }
     }
 }
 
-async fn receivers(cfg: &Config, tag: &str, filters: &[String], ctx: &std::sync::Arc<Ctx>) -> Result<Vec<tokio::task::JoinHandle<run::TaskOut>>, SetupError> {
+async fn receivers(
+    cfg: &Config,
+    tag: &str,
+    filters: &[String],
+    ctx: &std::sync::Arc<Ctx>,
+) -> Result<Vec<tokio::task::JoinHandle<run::TaskOut>>, SetupError> {
     let mut tasks = Vec::with_capacity(filters.len());
     for (i, filter) in filters.iter().enumerate() {
         let mut link = connect(cfg.addr, &format!("lg{tag}s{i}"), &cfg.creds).await?;

@@ -31,7 +31,11 @@ pub(crate) struct Credentials {
 }
 
 /// Opens an MQTT connection and waits for its CONNACK.
-pub(crate) async fn connect(addr: SocketAddr, client_id: &str, creds: &Credentials) -> Result<Link, SetupError> {
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    client_id: &str,
+    creds: &Credentials,
+) -> Result<Link, SetupError> {
     let mut link = Link::tcp(addr, Framing::Mqtt).await?;
     link.writer.message(|b| {
         codec::put_connect(b, client_id, KEEP_ALIVE_S, creds.username.as_deref(), creds.password.as_deref())
@@ -40,7 +44,9 @@ pub(crate) async fn connect(addr: SocketAddr, client_id: &str, creds: &Credentia
     let reply = link.next_message("connack", HANDSHAKE_TIMEOUT).await?;
     match codec::parse(&reply) {
         Ok(Packet::ConnAck { code: 0 }) => Ok(link),
-        Ok(Packet::ConnAck { code }) => Err(SetupError::Refused { what: "connect", reason: format!("return code {code}") }),
+        Ok(Packet::ConnAck { code }) => {
+            Err(SetupError::Refused { what: "connect", reason: format!("return code {code}") })
+        }
         Ok(_) => Err(SetupError::Refused { what: "connect", reason: "no CONNACK first".into() }),
         Err(e) => Err(SetupError::Frame { what: "connack", source: e.into() }),
     }
@@ -53,7 +59,9 @@ pub(crate) async fn subscribe(link: &mut Link, filter: &str, qos: u8) -> Result<
     let reply = link.next_message("suback", HANDSHAKE_TIMEOUT).await?;
     match codec::parse(&reply) {
         Ok(Packet::SubAck { packet_id: 1, codes: [code] }) if *code < 0x80 => Ok(()),
-        Ok(Packet::SubAck { .. }) => Err(SetupError::Refused { what: "subscribe", reason: "SUBACK failure".into() }),
+        Ok(Packet::SubAck { .. }) => {
+            Err(SetupError::Refused { what: "subscribe", reason: "SUBACK failure".into() })
+        }
         Ok(_) => Err(SetupError::Refused { what: "subscribe", reason: "no SUBACK first".into() }),
         Err(e) => Err(SetupError::Frame { what: "suback", source: e.into() }),
     }

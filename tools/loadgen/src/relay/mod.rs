@@ -153,7 +153,9 @@ pub(crate) enum Reply {
 pub(crate) fn reply(body: &[u8]) -> Reply {
     let Ok(f) = serde_json::from_slice::<Frame<'_>>(body) else { return Reply::Bad };
     match &*f.t {
-        "deliver" | "room_deliver" => Reply::Delivery(f.ct.as_deref().and_then(|ct| stamp::read_text(ct.as_bytes()))),
+        "deliver" | "room_deliver" => {
+            Reply::Delivery(f.ct.as_deref().and_then(|ct| stamp::read_text(ct.as_bytes())))
+        }
         "error" => Reply::Error(f.msg.map_or_else(|| "error without msg".to_owned(), Cow::into_owned)),
         "queued" => Reply::Queued,
         other => Reply::Other(other.to_owned()),
@@ -260,10 +262,21 @@ mod tests {
     fn replies_in_any_layout() {
         let s = "0123456789abcdef00000007";
         let cases = [
-            (format!(r#"{{"t":"deliver","from":"a","ct":"{s}xx","pub":null,"nonce":null,"kind":"live"}}"#), Reply::Delivery(Some(Stamp { sent_ns: 0x0123_4567_89ab_cdef, source: 7 }))),
-            (format!(r#" {{ "ct" : "{s}", "from":"a\"}}b", "n":[1,{{"x":"]}}"}}], "t" : "room_deliver" }} "#), Reply::Delivery(Some(Stamp { sent_ns: 0x0123_4567_89ab_cdef, source: 7 }))),
+            (
+                format!(r#"{{"t":"deliver","from":"a","ct":"{s}xx","pub":null,"nonce":null,"kind":"live"}}"#),
+                Reply::Delivery(Some(Stamp { sent_ns: 0x0123_4567_89ab_cdef, source: 7 })),
+            ),
+            (
+                format!(
+                    r#" {{ "ct" : "{s}", "from":"a\"}}b", "n":[1,{{"x":"]}}"}}], "t" : "room_deliver" }} "#
+                ),
+                Reply::Delivery(Some(Stamp { sent_ns: 0x0123_4567_89ab_cdef, source: 7 })),
+            ),
             (r#"{"t":"deliver","ct":"short"}"#.into(), Reply::Delivery(None)),
-            (r#"{"t":"error","msg":"rate limit exceeded"}"#.into(), Reply::Error("rate limit exceeded".into())),
+            (
+                r#"{"t":"error","msg":"rate limit exceeded"}"#.into(),
+                Reply::Error("rate limit exceeded".into()),
+            ),
             (r#"{"t":"error"}"#.into(), Reply::Error("error without msg".into())),
             (r#"{"t":"queued","to":"b"}"#.into(), Reply::Queued),
             (r#"{"t":"pipe_data","pipe_id":"x"}"#.into(), Reply::Other("pipe_data".into())),

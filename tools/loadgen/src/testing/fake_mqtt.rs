@@ -50,7 +50,9 @@ impl FakeBroker {
 
 fn matches(filter: &str, topic: &str) -> bool {
     match filter.strip_suffix("/#") {
-        Some(prefix) => topic.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
+        Some(prefix) => {
+            topic.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        }
         None => filter == topic,
     }
 }
@@ -135,7 +137,9 @@ async fn connection(sock: TcpStream, state: Arc<State>, options: Options) {
                     let _ = tx.send(vec![0x90, 3, pid[0], pid[1], qos]);
                 }
                 3 if connected => {
-                    let Ok(Packet::Publish { qos, packet_id, topic, payload }) = codec::parse(&packet) else { return };
+                    let Ok(Packet::Publish { qos, packet_id, topic, payload }) = codec::parse(&packet) else {
+                        return;
+                    };
                     if let Some(pid) = packet_id {
                         let mut ack = Vec::new();
                         codec::put_puback(&mut ack, pid);

@@ -43,7 +43,7 @@ struct Session {
 }
 
 impl Session {
-    fn reply(&self, v: Value) {
+    fn reply(&self, v: &Value) {
         let _ = self.out.send(v.to_string());
     }
 
@@ -58,7 +58,7 @@ impl Session {
 
     fn handle(&mut self, state: &State, text: &str) {
         let Ok(v) = serde_json::from_str::<Value>(text) else {
-            return self.reply(json!({"t": "error", "msg": "invalid json"}));
+            return self.reply(&json!({"t": "error", "msg": "invalid json"}));
         };
         let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
         match (v["t"].as_str(), &self.addr) {
@@ -67,17 +67,17 @@ impl Session {
                 let mut addrs = state.addrs.lock().unwrap();
                 if addrs.contains_key(&addr) {
                     drop(addrs);
-                    return self.reply(json!({"t": "error", "msg": "address in use"}));
+                    return self.reply(&json!({"t": "error", "msg": "address in use"}));
                 }
                 addrs.insert(addr.clone(), self.out.clone());
                 self.addr = Some(addr.clone());
-                self.reply(json!({"t": "registered", "addr": addr, "queued": 0}));
+                self.reply(&json!({"t": "registered", "addr": addr, "queued": 0}));
             }
-            (Some(_), None) => self.reply(json!({"t": "error", "msg": "register first"})),
+            (Some(_), None) => self.reply(&json!({"t": "error", "msg": "register first"})),
             (Some("send"), Some(me)) => {
                 let nth = state.sends.fetch_add(1, Relaxed) + 1;
                 if state.refuse_every.is_some_and(|n| nth % n == 0) {
-                    return self.reply(json!({"t": "error", "msg": "rate limit exceeded"}));
+                    return self.reply(&json!({"t": "error", "msg": "rate limit exceeded"}));
                 }
                 let to = s("to");
                 match state.addrs.lock().unwrap().get(&to) {
@@ -85,7 +85,7 @@ impl Session {
                         let d = json!({"t": "deliver", "from": me, "ct": v["ct"], "pub": null, "nonce": null, "kind": "live"});
                         let _ = out.send(d.to_string());
                     }
-                    None => self.reply(json!({"t": "queued", "to": to})),
+                    None => self.reply(&json!({"t": "queued", "to": to})),
                 }
             }
             (Some("join_room"), Some(me)) => {
@@ -97,14 +97,14 @@ impl Session {
                 }
                 let n = members.len();
                 drop(rooms);
-                self.reply(json!({"t": "joined_room", "room": room, "members": n}));
+                self.reply(&json!({"t": "joined_room", "room": room, "members": n}));
             }
             (Some("room_send"), Some(me)) => {
                 let room = s("room");
                 let rooms = state.rooms.lock().unwrap();
                 let Some(members) = rooms.get(&room).filter(|m| m.contains(me)) else {
                     drop(rooms);
-                    return self.reply(json!({"t": "error", "msg": "join a room first"}));
+                    return self.reply(&json!({"t": "error", "msg": "join a room first"}));
                 };
                 let d = json!({"t": "room_deliver", "room": room, "from": me, "ct": v["ct"]}).to_string();
                 let addrs = state.addrs.lock().unwrap();
@@ -114,7 +114,7 @@ impl Session {
                     }
                 }
             }
-            _ => self.reply(json!({"t": "error", "msg": "unknown message type"})),
+            _ => self.reply(&json!({"t": "error", "msg": "unknown message type"})),
         }
     }
 }
@@ -125,7 +125,11 @@ pub(crate) async fn start(refuse_every: Option<u64>) -> FakeRelay {
     let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ws = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let relay = FakeRelay { tcp: tcp.local_addr().unwrap(), ws: ws.local_addr().unwrap(), udp: udp.local_addr().unwrap() };
+    let relay = FakeRelay {
+        tcp: tcp.local_addr().unwrap(),
+        ws: ws.local_addr().unwrap(),
+        udp: udp.local_addr().unwrap(),
+    };
 
     let st = state.clone();
     tokio::spawn(async move {

@@ -5,7 +5,7 @@
 //! fakes follow the documented protocols (MQTT 3.1.1, docs/relay.md, docs/content.md) and let
 //! the scenarios run end to end in a unit test. The WebSocket sides of the fake relay and router
 //! are tokio-tungstenite, an implementation independent of the generator's own client. Against
-//! the real brokers the generator is exercised by `tools/bench/run-compare.sh` and by the
+//! the real brokers the generator is exercised by `tools/bench/run.sh` and by the
 //! ignored test `against_mosquitto`.
 
 pub(crate) mod fake_content;
@@ -20,7 +20,8 @@ use crate::run::Timing;
 use crate::stats::Meta;
 
 /// Short timings for tests.
-pub(crate) const TIMING: Timing = Timing { warmup: Duration::from_millis(100), duration: Duration::from_millis(400) };
+pub(crate) const TIMING: Timing =
+    Timing { warmup: Duration::from_millis(100), duration: Duration::from_millis(400) };
 
 /// The row's metadata, with this process as the "broker" (the fakes run in it).
 pub(crate) fn meta() -> Meta {

@@ -87,7 +87,8 @@ async fn a_dropped_message_is_written_off_not_waited_for() {
     let cfg = load::Config { stall: Duration::from_millis(20), ..mqtt_cfg(broker.addr, 0) };
     let row = load::throughput(&cfg, Shape::Pairs(1), 4).await.unwrap();
     assert!(broker.dropped() > 0);
-    let written_off = row["errors"]["no delivery within the stall timeout: written off"].as_u64().unwrap_or(0);
+    let written_off =
+        row["errors"]["no delivery within the stall timeout: written off"].as_u64().unwrap_or(0);
     assert!(written_off > 0, "{row}");
     assert!(f(&row, "delivered_msgs_per_s") > 0.0, "{row}");
 }
@@ -95,10 +96,12 @@ async fn a_dropped_message_is_written_off_not_waited_for() {
 #[tokio::test]
 async fn credentials_are_presented() {
     let creds = ("bench".to_owned(), "bench-secret".to_owned());
-    let broker = fake_mqtt::start(fake_mqtt::Options { credentials: Some(creds), ..Default::default() }).await;
+    let broker =
+        fake_mqtt::start(fake_mqtt::Options { credentials: Some(creds), ..Default::default() }).await;
     let refused = load::throughput(&mqtt_cfg(broker.addr, 0), Shape::Pairs(1), 4).await.unwrap_err();
     assert_eq!(refused.kind(), "connect refused: return code 4");
-    let creds = Credentials { username: Some("bench".into()), password: Some("bench-secret".into()), token: None };
+    let creds =
+        Credentials { username: Some("bench".into()), password: Some("bench-secret".into()), token: None };
     let cfg = load::Config { creds, ..mqtt_cfg(broker.addr, 0) };
     let row = load::throughput(&cfg, Shape::Pairs(1), 4).await.unwrap();
     assert_no_errors(&row);
@@ -193,7 +196,11 @@ async fn relay_idle_over_every_transport_and_address_conflicts() {
         let endpoint = relay_cfg(relay_addr(&fake, t), t).endpoint;
         let plan = idle::Plan { conns: 100, conc: 20, hold: Duration::from_millis(20) };
         let row = idle::idle(idle::Kind::Relay(endpoint.clone()), plan, &meta()).await;
-        assert_eq!((row["scenario"].as_str(), row["connected"].as_u64()), (Some("relay-idle"), Some(100)), "{row}");
+        assert_eq!(
+            (row["scenario"].as_str(), row["connected"].as_u64()),
+            (Some("relay-idle"), Some(100)),
+            "{row}"
+        );
         assert_no_errors(&row);
         // an address already held is refused with the relay's own error text
         let _held = endpoint.registered("taken").await.unwrap();
@@ -204,7 +211,7 @@ async fn relay_idle_over_every_transport_and_address_conflicts() {
 
 #[tokio::test]
 async fn content_fanout_reaches_every_matching_listener() {
-    let addr = fake_content::start().await;
+    let addr = fake_content::start("/c").await;
     let cfg = content::Config {
         addr,
         prefix: "/c/".into(),
