@@ -11,6 +11,8 @@
 #
 # Environment:
 #   MESGD (target/release/mesgd)  MESGD_CONFIG (an anonymous, in-memory config written here)
+#   MESGD_BASE: a second mesgd build (say, of the previous commit), run beside the first as
+#   "mesgd-base" with the same config on port 29886: an A/B comparison in the same run
 #   LOADGEN (tools/loadgen/target/release/loadgen)  MOSQ_BIN (mosquitto)
 #   RUMQTTD_BIN (~/.cargo/bin/rumqttd; skipped when absent)
 #   DUR (5) WARMUP (1) IDLE_CONNS (10000) ONLY (regex over scenario lines) SKIP_IDLE (0)
@@ -28,7 +30,7 @@ MOSQ_BIN=${MOSQ_BIN:-mosquitto}
 RUMQTTD_BIN=${RUMQTTD_BIN:-$HOME/.cargo/bin/rumqttd}
 DUR=${DUR:-5}; WARMUP=${WARMUP:-1}; IDLE_CONNS=${IDLE_CONNS:-10000}
 ONLY=${ONLY:-.}; SKIP_IDLE=${SKIP_IDLE:-0}
-MOSQ_PORT=29883; RUMQ_PORT=29884; MESGD_PORT=29885; ECHO_PORT=29870
+MOSQ_PORT=29883; RUMQ_PORT=29884; MESGD_PORT=29885; BASE_PORT=29886; ECHO_PORT=29870
 mkdir -p "$WORK" "$(dirname "$OUT")"; : > "$OUT"
 ulimit -n 65536 2>/dev/null || ulimit -n 20000
 for bin in "$MESGD" "$LOADGEN"; do [ -x "$bin" ] || { echo "missing $bin: run tools/bench/setup.sh" >&2; exit 1; }; done
@@ -88,6 +90,11 @@ BROKERS=(mosquitto mesgd)
 if [ -x "$RUMQTTD_BIN" ]; then
   PORT[rumqttd]=$RUMQ_PORT; CMD[rumqttd]="$RUMQTTD_BIN -q -c $WORK/rumqttd.toml"; BROKERS=(mosquitto rumqttd mesgd)
 fi
+if [ -n "${MESGD_BASE:-}" ]; then
+  sed "s/127.0.0.1:$MESGD_PORT/127.0.0.1:$BASE_PORT/; s#^dir = \"\(.*\)\"#dir = \"\1-base\"#" "$MESGD_CONFIG" > "$WORK/mesgd-base.toml"
+  PORT[mesgd-base]=$BASE_PORT; CMD[mesgd-base]="$MESGD_BASE serve --config $WORK/mesgd-base.toml"
+  BROKERS+=(mesgd-base)
+fi
 
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 stop_pid() { kill "$1" 2>/dev/null; for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; kill -9 "$1" 2>/dev/null; }
@@ -136,7 +143,7 @@ for r in $(seq "$ROUNDS"); do
   for b in "${BROKERS[@]}"; do start "$b"; done
   idle "$r" fresh
   timeout 180 taskset -c 1 "$LOADGEN" echo --addr 127.0.0.1:$ECHO_PORT --label echo --round "$r" \
-    --broker-pid "$EP" --pairs 10 --window 16 --warmup "$WARMUP" --duration "$DUR" \
+    --broker-pid "$EP" --conns 10 --window 16 --warmup "$WARMUP" --duration "$DUR" \
     | sed 's/}$/,"phase":"-"}/' | tee -a "$OUT"
   for s in "${SCEN[@]}"; do
     [[ $s =~ $ONLY ]] || continue

@@ -19,7 +19,8 @@ def key(r):
     p = r.get('params', {})
     params = ' '.join(f'{k}={p[k]}' for k in sorted(p) if k not in ('conc', 'hold_s', 'subscribe'))
     phase = r.get('phase', '-')
-    return f"{r['scenario']} {params}" + (f' ({phase})' if phase not in ('-', 'run') else '')
+    name = f"{r['scenario']} {params}".strip()
+    return name + (f' ({phase})' if phase not in ('-', 'run') else '')
 
 
 def median(xs):
@@ -36,8 +37,8 @@ def fmt(x, nd=None):
 
 THROUGHPUT = [('msg/s', lambda r: r.get('delivered_msgs_per_s')),
               ('broker CPU µs/delivery', lambda r: r.get('broker_cpu_us_per_delivery'))]
-LATENCY = [('p50 µs', lambda r: (r.get('lat_us') or {}).get('p50')),
-           ('p99 µs', lambda r: (r.get('lat_us') or {}).get('p99')),
+LATENCY = [('p50 µs', lambda r: (r.get('latency_us') or {}).get('p50')),
+           ('p99 µs', lambda r: (r.get('latency_us') or {}).get('p99')),
            ('broker CPU µs/delivery', lambda r: r.get('broker_cpu_us_per_delivery'))]
 IDLE = [('KiB/conn', lambda r: r.get('broker_kib_per_conn')),
         ('connects/s', lambda r: r.get('conn_per_s')),
@@ -48,7 +49,7 @@ RSS = [('RSS KiB', lambda r: r.get('broker_rss_kib'))]
 by = defaultdict(lambda: defaultdict(dict))  # key -> round -> label -> row
 for r in rows:
     by[key(r)][r.get('round', 0)][r['label']] = r
-labels = sorted({r['label'] for r in rows} - {base, 'echo'}, key=lambda b: (b != 'mesgd', b))
+labels = sorted({r["label"] for r in rows} - {base, "echo"}, key=lambda b: (not b.startswith("mesgd"), b))
 
 print(f'| scenario | metric | {base} | ' + ' | '.join(f'{b} | {b} ÷ {base}' for b in labels) + ' |')
 print('|---|---|---|' + '---|---|' * len(labels))
@@ -60,6 +61,9 @@ for k in sorted(by):
         continue
     metrics = (IDLE if k.startswith('idle') else LATENCY if k.startswith('latency')
                else RSS if k.startswith('rss') else THROUGHPUT)
+    if k.endswith('(after)'):
+        # memory freed by the scenarios before is reused: the growth says nothing per connection
+        metrics = [m for m in metrics if m[0] != 'KiB/conn']
     for name, f in metrics:
         cells = []
         for b in labels:
