@@ -1,6 +1,7 @@
 //! `/metrics` parsed by the reference Prometheus text parser (Python `prometheus_client`,
-//! installed by `.ci/run` into `target/ci-venv`; `MESGD_TEST_PYTHON` names another
-//! interpreter), and its counters moving as a real MQTT client publishes.
+//! installed into `target/ci-venv` by `.ci/run`, or by this test when it is missing;
+//! `MESGD_TEST_PYTHON` names another interpreter), and its counters moving as a real MQTT client
+//! publishes.
 
 mod common;
 
@@ -12,11 +13,36 @@ use reqwest::StatusCode;
 const BODY: &str = "[[listeners]]\nname = \"http\"\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n\
     [http]\nmetrics_token = \"scrape-secret\"\n";
 
+/// The interpreter with `prometheus_client`: `MESGD_TEST_PYTHON`, else `target/ci-venv` (which
+/// `.ci/run` fills), made and filled here with the pinned version when it is missing, so that
+/// `cargo test --workspace` passes on a fresh machine too.
 fn python() -> String {
-    std::env::var("MESGD_TEST_PYTHON").unwrap_or_else(|_| {
-        let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/target/ci-venv/bin/python");
-        if std::path::Path::new(venv).exists() { venv.to_owned() } else { "python3".to_owned() }
-    })
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            if let Ok(python) = std::env::var("MESGD_TEST_PYTHON") {
+                return python;
+            }
+            let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/target/ci-venv");
+            let python = format!("{venv}/bin/python");
+            let has_parser = |python: &str| {
+                std::process::Command::new(python)
+                    .args(["-c", "import prometheus_client"])
+                    .output()
+                    .is_ok_and(|out| out.status.success())
+            };
+            if !has_parser(&python) {
+                let made = std::process::Command::new("python3").args(["-m", "venv", venv]).status();
+                assert!(made.is_ok_and(|s| s.success()), "python3 -m venv {venv} failed");
+                let installed = std::process::Command::new(&python)
+                    .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                    .arg("prometheus-client==0.26.0")
+                    .status();
+                assert!(installed.is_ok_and(|s| s.success()), "pip install prometheus-client failed");
+            }
+            python
+        })
+        .clone()
 }
 
 /// Every sample, keyed by name and sorted labels.
