@@ -77,6 +77,9 @@ pub struct Config {
     /// MQTT protocol features.
     #[serde(default)]
     pub mqtt: MqttConfig,
+    /// Content routing on the `http` listener.
+    #[serde(default)]
+    pub content: crate::content::ContentConfig,
     /// The directory relative paths in the file are resolved against: the config file's own
     /// directory, or the working directory for the embedded default.
     #[serde(skip)]
@@ -360,6 +363,9 @@ impl Config {
         }
         if self.mqtt.max_qos > 2 {
             return Err(invalid("mqtt.max_qos", "must be 0, 1 or 2"));
+        }
+        if let Some((key, message)) = self.content.problem() {
+            return Err(invalid(key, message));
         }
         if self.log.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
             return Err(invalid("log.level", format!("{:?} is not a valid log filter", self.log.level)));

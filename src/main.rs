@@ -46,6 +46,9 @@ enum Command {
     /// Manage the server's token keys (in <storage.dir>/keys).
     #[command(subcommand)]
     Keys(mesgd_providers::tokens::cli::KeysCommand),
+    /// Content-routing patterns.
+    #[command(subcommand)]
+    Pattern(mesgd::content::PatternCommand),
     /// Inspect authentication plugin libraries.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -193,6 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
             );
         }
+        Command::Pattern(cmd) => mesgd::content::run_pattern_command(&cmd, &mut std::io::stdout())?,
         Command::Keys(cmd) => {
             mesgd_providers::tokens::cli::run_keys_command(&cmd, &keys_dir, now, &mut std::io::stdout())?;
         }

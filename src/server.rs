@@ -57,6 +57,9 @@ pub enum StartError {
         /// What is wrong.
         source: TlsError,
     },
+    /// The token key store (`<storage.dir>/keys`) cannot be opened or made.
+    #[error(transparent)]
+    Keys(#[from] mesgd_providers::tokens::KeyError),
     /// The storage directory is unusable.
     #[error("storage directory {dir}: {source}")]
     Storage {
@@ -124,7 +127,8 @@ impl Server {
             broker.set_journal(&journal);
             p.writer
         });
-        let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services));
+        let content = crate::content::Content::open(&config)?;
+        let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services, content));
         let (stop, stopped) = watch::channel(false);
         let connections = Arc::new(Connections::default());
         let mut listeners = Vec::new();
@@ -213,6 +217,7 @@ impl Server {
             for session in self.ctx.broker.online_sessions() {
                 session.kick(Kick::ShuttingDown);
             }
+            self.ctx.content.shut_down();
             let all_closed = self.connections.all_closed().notified();
             if self.connections.open() == 0 {
                 break;

@@ -45,7 +45,9 @@ pub(crate) struct HttpConnection {
 pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Router {
     let routes = match listener.kind {
         ListenerKind::MqttWs => Router::new().route(listener.ws_path(), any(crate::mqtt::ws::route)),
-        ListenerKind::Http => Router::new().route(MQTT_PATH, any(crate::mqtt::ws::route)),
+        ListenerKind::Http => {
+            Router::new().route(MQTT_PATH, any(crate::mqtt::ws::route)).merge(crate::content::routes())
+        }
         ListenerKind::Mqtt => Router::new(),
     };
     routes.fallback(not_found).with_state(ctx.clone())
