@@ -335,7 +335,8 @@ mod tests {
     fn malformed_credentials_are_refused_with_the_reason() {
         let not_b64 = "Basic !!!";
         let empty_basic = format!("Basic {}", b64(":"));
-        let cases: Vec<(Vec<(&str, &str)>, &str, StatusCode, &str)> = vec![
+        type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, StatusCode, &'a str);
+        let cases: Vec<Case<'_>> = vec![
             (vec![("authorization", "Bearer")], "/a", StatusCode::UNAUTHORIZED, "empty"),
             (vec![("authorization", not_b64)], "/a", StatusCode::UNAUTHORIZED, "not base64"),
             (vec![("authorization", &empty_basic)], "/a", StatusCode::UNAUTHORIZED, "empty"),

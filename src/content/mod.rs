@@ -9,7 +9,7 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: `[content]`.
+//! - [`config`]: the `[content]` table.
 //! - `route`: the HTTP side: reserved paths, the path, admission, the upgrade.
 //! - `admission`: where the credential comes from and what admits which path.
 //! - `connection`: one connection's task: reading, routing, writing, closing.
