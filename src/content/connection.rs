@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, Stream, StreamExt};
-use mesgd_core::content::Message as Json;
+use mesgd_core::content::{MatcherFull, Message as Json};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
@@ -55,32 +55,47 @@ enum End {
     CloseNow(CloseCode, String),
 }
 
+/// A connection's place in the registry, taken before the upgrade is answered (so a client
+/// that has its `101` is already a listener) and given back when this is dropped: at the end
+/// of [`run`], or with the upgrade task if the upgrade never completes.
+pub(crate) struct Registered {
+    ctx: Arc<ServerContext>,
+    entry: Entry,
+}
+
+impl Registered {
+    /// Registers a connection of `role`; refused when the registry is full.
+    pub(crate) fn open(ctx: &Arc<ServerContext>, role: Role) -> Result<Registered, MatcherFull> {
+        let entry = ctx.content.registry.open(role)?;
+        Ok(Registered { ctx: ctx.clone(), entry })
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.ctx.content.registry.close(&self.entry);
+    }
+}
+
 /// Runs a content connection until it ends.
-pub(crate) async fn run(socket: WebSocket, ctx: Arc<ServerContext>, connection: HttpConnection, role: Role) {
+pub(crate) async fn run(socket: WebSocket, registered: Registered, connection: HttpConnection) {
+    let ctx = registered.ctx.clone();
     let content = &ctx.content;
     let mut stopping = content.stopping();
-    let entry = match content.registry.open(role) {
-        Ok(e) => e,
-        Err(full) => {
-            let (mut sink, _) = socket.split();
-            let _ = close(&mut sink, CloseCode::Again, full.to_string()).await;
-            return;
-        }
-    };
-    stats::add(&content.stats().upgrades, 1);
     let (mut sink, mut stream) = socket.split();
     let end = if *stopping.borrow_and_update() {
         End::Close(CloseCode::Away, "server shutting down".into())
     } else {
+        let entry = &registered.entry;
         let mut scratch = Vec::new();
         tokio::select! {
-            end = read_loop(&mut stream, &ctx, &entry, &mut scratch) => end,
+            end = read_loop(&mut stream, &ctx, entry, &mut scratch) => end,
             end = write_loop(&mut sink, &entry.outbox, &ctx) => end,
             _ = stopping.changed() => End::Close(CloseCode::Away, "server shutting down".into()),
         }
     };
     // Removed before anything more is written: a peer whose close is acknowledged is gone.
-    content.registry.close(&entry);
+    drop(registered);
     let peer = connection.peer;
     match end {
         End::PeerClosed => {

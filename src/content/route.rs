@@ -8,7 +8,9 @@
 //!
 //! Order of checks: reserved → 404; not a WebSocket upgrade → 426 (version ≠ 13 → 400); a
 //! malformed path → 400 naming the segment; a malformed credential → 400 or 401; admission →
-//! 401 or 403; then `101 Switching Protocols`, answering the `json` subprotocol if offered.
+//! 401 or 403; too many listeners → 503; then `101 Switching Protocols`, answering the `json`
+//! subprotocol if offered. The connection is registered before the `101` goes out: a client
+//! that has its `101` receives every message sent after it.
 
 use std::sync::Arc;
 
@@ -95,8 +97,15 @@ async fn upgrade(
         protocol: admission::offers_json(req.headers()).then_some(JSON_PROTOCOL),
         max_message: ctx.content.config.max_message_bytes,
     };
-    let role = credential.role(path);
-    ws::accept(req, limits, move |socket| connection::run(socket, ctx, connection, role))
+    let registered = match connection::Registered::open(&ctx, credential.role(path)) {
+        Ok(r) => r,
+        Err(full) => {
+            tracing::warn!(peer = %connection.peer, error = %full, "content upgrade refused: too many listeners");
+            return text_response(StatusCode::SERVICE_UNAVAILABLE, format!("{full}\n"));
+        }
+    };
+    stats::add(&ctx.content.stats().upgrades, 1);
+    ws::accept(req, limits, move |socket| connection::run(socket, registered, connection))
 }
 
 #[cfg(test)]
