@@ -1,6 +1,7 @@
 //! The `mesgd` command line: `mesgd serve` runs the broker; `mesgd user` and `mesgd acl` manage
 //! the builtin user store, also while the broker runs; `mesgd forge`, `mesgd check` and `mesgd
-//! keys` make, try and manage PKI tokens; `mesgd plugin check` inspects a plugin library.
+//! keys` make, try and manage PKI tokens; `mesgd pattern compile` builds a content-routing
+//! pattern from a sample message; `mesgd plugin check` inspects a plugin library.
 //!
 //! Exit status: 0 on success; 1 on failure, and for `check` when the token does not admit the
 //! path (it printed `fail`); 2 when `check` could not answer (an invalid path, an unreadable key

@@ -370,4 +370,43 @@ mod tests {
         assert!(!refusal.reason.contains("secret"), "{:?}", refusal.reason);
         assert_eq!(format!("{:?}", Presented("secret".into())), "Presented(6 bytes)");
     }
+
+    proptest::proptest! {
+        /// Whatever the headers and query say, reading the credential never panics, and a
+        /// token it returns is one of the carriers' texts (never made up, never merged).
+        #[test]
+        fn reading_any_request_never_panics_and_returns_only_what_was_sent(
+            auth in proptest::option::of("[ -~]{0,40}"),
+            protocols in proptest::option::of("[ -~]{0,40}"),
+            query in proptest::option::of("[ -~]{0,40}"),
+        ) {
+            let mut h = HeaderMap::new();
+            if let Some(a) = &auth {
+                h.insert(header::AUTHORIZATION, HeaderValue::from_str(a).unwrap());
+            }
+            if let Some(p) = &protocols {
+                h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_str(p).unwrap());
+            }
+            let uri = match &query {
+                Some(q) => format!("/a?{}", q.replace([' ', '#', '"', '<', '>', '\\', '^', '`', '{', '|', '}'], "")),
+                None => "/a".to_owned(),
+            };
+            let Ok(uri) = uri.parse::<Uri>() else { return Ok(()) };
+            if let Ok(Some(token)) = presented(&h, &uri) {
+                let t = token.as_str();
+                let decoded_basic = auth.as_deref().and_then(|a| a.trim().split_once(' ')).and_then(|(_, b)| {
+                    base64::engine::general_purpose::STANDARD.decode(b.trim()).ok()
+                });
+                let in_basic = decoded_basic.is_some_and(|d| String::from_utf8_lossy(&d).contains(t));
+                let in_query = query.as_deref().is_some_and(|_| uri.query().is_some_and(|q| {
+                    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+                        .is_ok_and(|p| p.0.iter().any(|(k, v)| k == "token" && v == t))
+                        && !q.is_empty()
+                }));
+                let in_text = auth.as_deref().is_some_and(|a| a.contains(t))
+                    || protocols.as_deref().is_some_and(|p| p.contains(t));
+                proptest::prop_assert!(in_basic || in_query || in_text, "{t:?} was not sent");
+            }
+        }
+    }
 }
