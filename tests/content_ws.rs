@@ -17,6 +17,7 @@ async fn every_listener_receives_what_its_path_matches_in_order() {
     let mut chat = s.open("/kind=chat").await;
     let mut lobby = s.open("/kind=chat/room=lobby").await;
     let mut news = s.open("/kind=news").await;
+    let mut encoded_news = s.open("/kind%3Dnews").await;
     let mut first_foo = s.open("/0=foo").await;
     let mut spaced = s.open("/room=the%20lobby").await;
     let mut all = s.open("/").await;
@@ -43,11 +44,12 @@ async fn every_listener_receives_what_its_path_matches_in_order() {
     assert_eq!(chat.recv_n(4).await, [m1, m6, end_lobby, end_chat]);
     assert_eq!(lobby.recv_n(2).await, [m1, end_lobby]);
     assert_eq!(news.recv_n(2).await, [m2, end_news]);
+    assert_eq!(encoded_news.recv_n(2).await, [m2, end_news], "%3D is `=` once decoded");
     assert_eq!(first_foo.recv_n(2).await, [m3, end_foo], "/0=foo is the array's first element");
     assert_eq!(spaced.recv_n(2).await, [m5, end_spaced], "the listener path is URL-decoded");
     assert_eq!(all.recv_n(sent.len()).await, sent, "`/` matches everything, as sent, in order");
     assert_eq!(s.count(|c| &c.messages_in), sent.len() as u64);
-    assert_eq!(s.count(|c| &c.matches), 4 + 2 + 2 + 2 + 2 + sent.len() as u64);
+    assert_eq!(s.count(|c| &c.matches), 4 + 2 + 2 + 2 + 2 + 2 + sent.len() as u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
