@@ -83,6 +83,9 @@ pub struct Config {
     /// The REST API and `/metrics` on `http` listeners.
     #[serde(default)]
     pub http: HttpConfig,
+    /// Content routing on the `http` listener.
+    #[serde(default)]
+    pub content: crate::content::ContentConfig,
     /// The directory relative paths in the file are resolved against: the config file's own
     /// directory, or the working directory for the embedded default.
     #[serde(skip)]
@@ -368,6 +371,9 @@ impl Config {
             return Err(invalid("mqtt.max_qos", "must be 0, 1 or 2"));
         }
         self.http.validate().map_err(|(key, message)| invalid(key, message))?;
+        if let Some((key, message)) = self.content.problem() {
+            return Err(invalid(key, message));
+        }
         if self.log.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
             return Err(invalid("log.level", format!("{:?} is not a valid log filter", self.log.level)));
         }

@@ -28,13 +28,21 @@ pub struct ServerContext {
     pub metrics: crate::metrics::Metrics,
     /// The REST API's sessions and login guard.
     pub(crate) api: crate::http::api::ApiState,
+    /// Content routing: the listeners, their matcher, the token keys.
+    pub(crate) content: crate::content::Content,
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
     /// protocol's own first message).
     pub(crate) connect_timeout: Duration,
 }
 
 impl ServerContext {
-    pub(crate) fn new(config: &Config, broker: Arc<Broker>, chain: Chain, services: Services) -> Self {
+    pub(crate) fn new(
+        config: &Config,
+        broker: Arc<Broker>,
+        chain: Chain,
+        services: Services,
+        content: crate::content::Content,
+    ) -> Self {
         ServerContext {
             broker,
             chain,
@@ -43,6 +51,7 @@ impl ServerContext {
             mqtt: mqtt::Settings::from_config(config),
             metrics: crate::metrics::Metrics::new(),
             api: crate::http::api::ApiState::new(&config.http),
+            content,
             connect_timeout: Duration::from_millis(config.limits.connect_timeout_ms),
         }
     }
@@ -55,6 +64,16 @@ impl ServerContext {
     /// The provider chain.
     pub fn chain(&self) -> &Chain {
         &self.chain
+    }
+
+    /// The content-routing counters.
+    pub fn content_stats(&self) -> &crate::content::ContentStats {
+        self.content.stats()
+    }
+
+    /// How many content-routing listeners are registered.
+    pub fn content_listeners(&self) -> usize {
+        self.content.listeners()
     }
 
     /// The services the providers opened, e.g. the builtin

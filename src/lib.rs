@@ -10,6 +10,8 @@
 //!   guard, the providers' services, per-protocol settings).
 //! - `listener`: accepting connections and handing each to its front end by listener kind.
 //! - `http`: the HTTP stack (hyper + axum) and the generic WebSocket upgrade.
+//! - [`content`]: content routing: WebSocket listeners on URL paths of the `http` listener,
+//!   their admission, and the pattern compiler's command and HTTP interface.
 //! - `mqtt`: the MQTT front end (handshake, per-connection task, MQTT over WebSocket), over any
 //!   byte stream.
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
@@ -23,6 +25,7 @@
 
 mod clock;
 pub mod config;
+pub mod content;
 pub mod context;
 mod http;
 mod linger;

@@ -1,7 +1,8 @@
 //! The `mesgd` command line: `mesgd serve` runs the broker; `mesgd user` and `mesgd acl` manage
 //! the builtin user store, also while the broker runs; `mesgd admin` manages the administrators
-//! and API tokens of the REST API; `mesgd forge`, `mesgd check` and `mesgd
-//! keys` make, try and manage PKI tokens; `mesgd plugin check` inspects a plugin library.
+//! and API tokens of the REST API; `mesgd forge`, `mesgd check` and `mesgd keys` make, try and
+//! manage PKI tokens; `mesgd pattern compile` builds a content-routing pattern from a sample
+//! message; `mesgd plugin check` inspects a plugin library.
 //!
 //! Exit status: 0 on success; 1 on failure, and for `check` when the token does not admit the
 //! path (it printed `fail`); 2 when `check` could not answer (an invalid path, an unreadable key
@@ -51,6 +52,9 @@ enum Command {
     /// Manage the server's token keys (in <storage.dir>/keys).
     #[command(subcommand)]
     Keys(mesgd_providers::tokens::cli::KeysCommand),
+    /// Content-routing patterns.
+    #[command(subcommand)]
+    Pattern(mesgd::content::PatternCommand),
     /// Inspect authentication plugin libraries.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -198,6 +202,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
             );
         }
+        Command::Pattern(cmd) => mesgd::content::run_pattern_command(&cmd, &mut std::io::stdout())?,
         Command::Keys(cmd) => {
             mesgd_providers::tokens::cli::run_keys_command(&cmd, &keys_dir, now, &mut std::io::stdout())?;
         }

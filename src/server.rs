@@ -69,6 +69,9 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// The token key store (`<storage.dir>/keys`) cannot be opened or made.
+    #[error(transparent)]
+    Keys(#[from] mesgd_providers::tokens::KeyError),
     /// The storage directory is unusable.
     #[error("storage directory {dir}: {source}")]
     Storage {
@@ -160,7 +163,8 @@ impl Server {
             broker.set_journal(&journal);
             p.writer
         });
-        let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services));
+        let content = crate::content::Content::open(&config)?;
+        let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services, content));
         ctx.metrics.register_collector(Box::new(BrokerCollector::new(
             broker.clone(),
             ctx.chain.clone(),
@@ -258,6 +262,7 @@ impl Server {
             for session in self.ctx.broker.online_sessions() {
                 session.kick(Kick::ShuttingDown);
             }
+            self.ctx.content.shut_down();
             let all_closed = self.connections.all_closed().notified();
             if self.connections.open() == 0 {
                 break;

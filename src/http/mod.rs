@@ -50,7 +50,8 @@ pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Rou
         ListenerKind::Http => Router::new()
             .route(MQTT_PATH, any(crate::mqtt::ws::route))
             .route(crate::metrics::route::PATH, axum::routing::get(crate::metrics::route::serve))
-            .merge(api::router(ctx)),
+            .merge(api::router(ctx))
+            .merge(crate::content::routes()),
         ListenerKind::Mqtt => Router::new(),
     };
     routes.fallback(not_found).with_state(ctx.clone())

@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use mesgd_core::content::{Message, Path};
 
-use super::{KeyStore, Kind, TokenError, verify};
+use super::{Claims, KeyStore, Kind, TokenError, verify};
 
 /// Matches a content-routing path against a JSON message: `mesgd_core::content` behind a
 /// seam, so that the token code depends on the path language only through this one call.
@@ -58,6 +58,13 @@ pub fn check(
     matcher: &dyn PathMatcher,
 ) -> Result<bool, CheckError> {
     let claims = verify(keys, token, now)?;
+    claim_admits(&claims, path, matcher)
+}
+
+/// Whether verified `claims` admit `path` by the claim rule: they must be a claim token's, and
+/// its pairs, as a JSON message, must match `path` (`matcher` decides). [`check`] and the
+/// content-routing upgrade (which verifies the token itself, once) share this one rule.
+pub fn claim_admits(claims: &Claims, path: &str, matcher: &dyn PathMatcher) -> Result<bool, CheckError> {
     claims.expect_kind(Kind::Claim)?;
     let message = claims.pairs_object().map(|o| o.to_string()).unwrap_or_default();
     matcher.matches(path, message.as_bytes()).map_err(CheckError::Path)

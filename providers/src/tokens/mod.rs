@@ -36,7 +36,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use check::{CheckError, ContentPaths, PathMatcher};
+pub use check::{CheckError, ContentPaths, PathMatcher, claim_admits};
 pub use claims::{
     Claims, Kind, MAX_FIELD_LEN, MAX_PAIRS, MAX_PATTERNS, MAX_PREFIXES, PairValue, Pairs, Payload,
 };

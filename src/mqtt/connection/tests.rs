@@ -25,7 +25,8 @@ fn context() -> Arc<ServerContext> {
         queue: QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: false },
     };
     let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
-    Arc::new(ServerContext::new(&config, broker, Chain::new(Vec::new(), true), Default::default()))
+    let content = crate::content::Content::open(&config).expect("no http listener: no key store");
+    Arc::new(ServerContext::new(&config, broker, Chain::new(Vec::new(), true), Default::default(), content))
 }
 
 /// The client end of an in-memory connection, speaking raw MQTT.
