@@ -77,6 +77,9 @@ pub struct Config {
     /// MQTT protocol features.
     #[serde(default)]
     pub mqtt: MqttConfig,
+    /// The JSON relay (`relay-tcp`, `relay-ws`, `relay-udp` listeners).
+    #[serde(default)]
+    pub relay: crate::relay::RelayConfig,
     /// The directory relative paths in the file are resolved against: the config file's own
     /// directory, or the working directory for the embedded default.
     #[serde(skip)]
@@ -136,6 +139,12 @@ pub enum ListenerKind {
     /// HTTP (or HTTPS, with `tls`): the listener every HTTP-based front end shares. Today it
     /// carries MQTT over WebSocket at `/mqtt`.
     Http,
+    /// The JSON relay over TCP (or TLS, with `tls`): 4-byte length-prefixed frames.
+    RelayTcp,
+    /// The JSON relay over WebSocket (or secure WebSocket, with `tls`), on any path.
+    RelayWs,
+    /// The JSON relay over UDP: one JSON object per datagram.
+    RelayUdp,
 }
 
 impl ListenerKind {
@@ -145,6 +154,9 @@ impl ListenerKind {
             ListenerKind::Mqtt => "mqtt",
             ListenerKind::MqttWs => "mqtt-ws",
             ListenerKind::Http => "http",
+            ListenerKind::RelayTcp => "relay-tcp",
+            ListenerKind::RelayWs => "relay-ws",
+            ListenerKind::RelayUdp => "relay-udp",
         }
     }
 }
@@ -361,6 +373,7 @@ impl Config {
         if self.mqtt.max_qos > 2 {
             return Err(invalid("mqtt.max_qos", "must be 0, 1 or 2"));
         }
+        self.relay.validate(self)?;
         if self.log.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
             return Err(invalid("log.level", format!("{:?} is not a valid log filter", self.log.level)));
         }

@@ -15,6 +15,7 @@ use mesgd_providers::Services;
 use crate::config::Config;
 use crate::login_guard::LoginGuard;
 use crate::mqtt;
+use crate::relay;
 
 /// The shared state of a running server.
 #[derive(Debug)]
@@ -24,6 +25,8 @@ pub struct ServerContext {
     pub(crate) login_guard: LoginGuard,
     pub(crate) services: Services,
     pub(crate) mqtt: mqtt::Settings,
+    /// The relay's shared state (addresses, queues, rooms, pipes, matchmaking).
+    pub(crate) relay: relay::Hub,
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
     /// protocol's own first message).
     pub(crate) connect_timeout: Duration,
@@ -31,7 +34,9 @@ pub struct ServerContext {
 
 impl ServerContext {
     pub(crate) fn new(config: &Config, broker: Arc<Broker>, chain: Chain, services: Services) -> Self {
+        let relay = relay::Hub::new(relay::config::Settings::from_config(config), broker.clone());
         ServerContext {
+            relay,
             broker,
             chain,
             login_guard: LoginGuard::new(config.auth.failed_login.clone()),
@@ -44,6 +49,11 @@ impl ServerContext {
     /// The broker core.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// The relay's shared state and counters.
+    pub fn relay(&self) -> &relay::Hub {
+        &self.relay
     }
 
     /// The provider chain.

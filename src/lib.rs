@@ -12,6 +12,7 @@
 //! - `http`: the HTTP stack (hyper + axum) and the generic WebSocket upgrade.
 //! - `mqtt`: the MQTT front end (handshake, per-connection task, MQTT over WebSocket), over any
 //!   byte stream.
+//! - [`relay`]: the JSON relay front end (TCP, WebSocket, UDP) and its shared state.
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
 //! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
 //! - [`login_guard`]: slowing down repeated authentication failures.
@@ -29,6 +30,7 @@ pub mod logging;
 pub mod login_guard;
 mod mqtt;
 pub mod persist;
+pub mod relay;
 pub mod server;
 pub mod tls;
 

@@ -57,6 +57,9 @@ pub enum StartError {
         /// What is wrong.
         source: TlsError,
     },
+    /// The relay's configuration refers to something unusable (the TURN secret file).
+    #[error(transparent)]
+    Relay(crate::config::ConfigError),
     /// The storage directory is unusable.
     #[error("storage directory {dir}: {source}")]
     Storage {
@@ -119,12 +122,18 @@ impl Server {
         // The two clocks, read once: the broker derives wall times from the instants it is given.
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
         let persistence = persist::open(&config.storage_dir(), &config.storage, &broker)?;
+        let mut restored_relay = crate::relay::Restored::default();
         let persistence = persistence.map(|p| {
             let journal: Arc<dyn mesgd_core::journal::Journal> = p.journal.clone();
             broker.set_journal(&journal);
+            restored_relay = p.relay;
             p.writer
         });
         let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services));
+        ctx.relay.restore(restored_relay);
+        if let Some(turn) = config.relay.load_turn(&config).map_err(StartError::Relay)? {
+            ctx.relay.set_turn(turn);
+        }
         let (stop, stopped) = watch::channel(false);
         let connections = Arc::new(Connections::default());
         let mut listeners = Vec::new();
@@ -159,10 +168,14 @@ impl Server {
                 tls = lc.tls.is_some(),
                 "listening"
             );
+            if let Some(transport) = crate::relay::transport_name(lc.kind, lc.tls.is_some()) {
+                ctx.relay.add_transport(transport, running.addr.port());
+            }
             listeners.push(BoundListener { name, kind: lc.kind, addr: running.addr });
             tasks.push(running.task);
         }
         tasks.push(tokio::spawn(timer_loop(broker.clone(), stopped.clone())));
+        tasks.push(tokio::spawn(crate::relay::sweep_loop(ctx.clone(), stopped.clone())));
         if config.mqtt.sys_interval > 0 {
             tasks.push(tokio::spawn(sys_loop(
                 broker.clone(),

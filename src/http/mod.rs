@@ -46,7 +46,11 @@ pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Rou
     let routes = match listener.kind {
         ListenerKind::MqttWs => Router::new().route(listener.ws_path(), any(crate::mqtt::ws::route)),
         ListenerKind::Http => Router::new().route(MQTT_PATH, any(crate::mqtt::ws::route)),
-        ListenerKind::Mqtt => Router::new(),
+        // The relay answers on every path: there is nothing else on its listener.
+        ListenerKind::RelayWs => {
+            return Router::new().fallback(crate::relay::ws::route).with_state(ctx.clone());
+        }
+        ListenerKind::Mqtt | ListenerKind::RelayTcp | ListenerKind::RelayUdp => Router::new(),
     };
     routes.fallback(not_found).with_state(ctx.clone())
 }
