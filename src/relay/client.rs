@@ -258,11 +258,11 @@ impl Client {
     // ------------------------------------------------------------------ frames
 
     /// Handles one frame: parse, rate limit, registration check, then the message.
-    pub(crate) fn handle_frame(&mut self, frame: Bytes, now: Instant) -> Result<(), End> {
+    pub(crate) fn handle_frame(&mut self, frame: &Bytes, now: Instant) -> Result<(), End> {
         let stats = self.ctx.relay.stats();
         self.received.0 += 1;
         self.received.1 += frame.len() as u64;
-        let parsed = mesgd_core::relay::parse(&frame);
+        let parsed = mesgd_core::relay::parse(frame);
         let teardown = parsed.as_ref().is_ok_and(ClientMessage::is_teardown);
         match self.limiter.check(now, frame.len(), teardown) {
             Verdict::Allow => {}
@@ -301,7 +301,7 @@ impl Client {
             ClientMessage::ListOnline => {
                 self.reply(&ServerMessage::OnlineCount { count: self.ctx.relay.online_count() })
             }
-            other => self.on_message(other, &frame, now),
+            other => self.on_message(other, frame, now),
         }
         Ok(())
     }

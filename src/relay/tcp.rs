@@ -42,7 +42,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> TcpWire<S> {
     fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<(), End> {
         while !client.is_busy() {
             match frame::decode(&mut self.inbuf, MAX_TCP_FRAME) {
-                Ok(Some(body)) => client.handle_frame(body, now)?,
+                Ok(Some(body)) => client.handle_frame(&body, now)?,
                 Ok(None) => break,
                 Err(_) => {
                     RelayStats::add(&client.ctx.relay.stats().oversize_tcp, 1);
@@ -142,10 +142,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let span = tracing::info_span!("relay", %peer, listener = %listener, transport = "tcp");
-    let settings = ctx.relay.settings();
-    let idle = settings.tcp_idle;
+    let idle = ctx.relay.settings().tcp_idle;
     let origin = Origin { listener, peer, tls, bearer: None, transport: Transport::Tcp };
-    let client = Client::new(ctx.clone(), origin, MAX_TCP_FRAME, crate::clock::now());
+    let client = Client::new(ctx, origin, MAX_TCP_FRAME, crate::clock::now());
     let connection = Box::new(Connection::new(TcpWire::new(stream), client, idle, None));
     connection.run().instrument(span)
 }

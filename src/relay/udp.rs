@@ -233,7 +233,7 @@ impl Endpoint {
             }
             Ok(())
         } else {
-            peer.client.handle_frame(datagram, now)
+            peer.client.handle_frame(&datagram, now)
         };
         match result {
             Ok(()) => lock(&self.ready.sources).insert(source),
@@ -259,7 +259,7 @@ impl Endpoint {
                         && let Some(datagram) = peer.held.pop_front()
                     {
                         handled = true;
-                        if let Err(end) = peer.client.handle_frame(datagram, now) {
+                        if let Err(end) = peer.client.handle_frame(&datagram, now) {
                             ended = Some(end);
                             break;
                         }

@@ -68,8 +68,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
             Poll::Ready(Some(Err(e))) => return Err(End::WsProtocol(e.to_string())),
         };
         match message {
-            Message::Text(text) => client.handle_frame(Bytes::from(text), now)?,
-            Message::Binary(data) => client.handle_frame(data, now)?,
+            Message::Text(text) => client.handle_frame(&Bytes::from(text), now)?,
+            Message::Binary(data) => client.handle_frame(&data, now)?,
             // Pings are answered by the WebSocket layer; any message proves the peer alive.
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) | Message::Close(_) => {}
         }
