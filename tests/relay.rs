@@ -473,3 +473,21 @@ async fn provider_chain_and_acl_gate_relay_clients() {
     c.send(json!({"t": "publish", "topic": "$relay/addr/dana", "ct": "forged"})).await;
     c.expect_error("not authorized").await;
 }
+
+#[tokio::test]
+async fn half_a_tcp_frame_holds_up_nobody() {
+    use tokio::io::AsyncWriteExt;
+    let server = relay::server("").await;
+    let mut half = Client::connect(&server, Kind::Tcp).await;
+    half.register("half").await;
+    let body = json!({"t": "send", "to": "whole", "ct": "late"}).to_string();
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body.as_bytes());
+    let (first, rest) = frame.split_at(10);
+    half.tcp().write_all(first).await.unwrap();
+    // The server (on this test's one thread) keeps serving others meanwhile.
+    let mut whole = Client::connect(&server, Kind::Tcp).await;
+    whole.register("whole").await;
+    half.tcp().write_all(rest).await.unwrap();
+    assert_eq!(whole.expect("deliver").await["ct"], "late");
+}

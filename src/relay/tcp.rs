@@ -38,11 +38,16 @@ impl<S> TcpWire<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> TcpWire<S> {
-    /// Hands every complete buffered frame to `client`, until it is busy.
-    fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<(), End> {
+    /// Hands every complete buffered frame to `client`, until it is busy; returns whether it
+    /// handed any.
+    fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<bool, End> {
+        let mut handled = false;
         while !client.is_busy() {
             match frame::decode(&mut self.inbuf, MAX_TCP_FRAME) {
-                Ok(Some(body)) => client.handle_frame(&body, now)?,
+                Ok(Some(body)) => {
+                    client.handle_frame(&body, now)?;
+                    handled = true;
+                }
                 Ok(None) => break,
                 Err(_) => {
                     RelayStats::add(&client.ctx.relay.stats().oversize_tcp, 1);
@@ -50,15 +55,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> TcpWire<S> {
                 }
             }
         }
-        Ok(())
+        Ok(handled)
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for TcpWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, client: &mut Client, now: Instant) -> Result<bool, End> {
-        // Frames left over from an earlier read (the client was busy with a register).
-        let buffered = !self.inbuf.is_empty();
-        self.handle_buffered(client, now)?;
+        // Frames left over from an earlier read (the client was busy with a register). Only
+        // frames handled are progress: a partial frame in the buffer is not, or a client that
+        // sends half a frame would keep its task spinning.
+        let buffered = self.handle_buffered(client, now)?;
         if client.is_busy() {
             return Ok(buffered);
         }
