@@ -182,6 +182,8 @@ impl Server {
                 Duration::from_secs(config.mqtt.sys_interval),
                 stopped.clone(),
             )));
+            let interval = Duration::from_secs(config.mqtt.sys_interval);
+            tasks.push(tokio::spawn(crate::relay::sys::sys_loop(ctx.clone(), interval, stopped.clone())));
         }
         Ok(Server { ctx, listeners, tasks, stop, connections, tls: acceptors, persistence })
     }

@@ -111,3 +111,21 @@ async fn the_same_acl_gates_both_protocols() {
     let next = sub.next_publish().await;
     assert_eq!((next.topic.as_str(), &next.payload[..]), ("public/b", &b"marker"[..]));
 }
+
+#[tokio::test]
+async fn relay_counters_are_published_under_sys() {
+    let server = relay::server("[mqtt]\nsys_interval = 1\n").await;
+    let mut r = Client::connect(&server, relay::Kind::Tcp).await;
+    r.register("counted").await;
+    r.send(json!({"t": "send", "to": "absent", "ct": "x"})).await;
+    r.expect("queued").await;
+    let (mut mqtt, _) = v3::connect(v3::options("sys-watch", server.port())).await;
+    mqtt.subscribe("$SYS/broker/relay/+/+", QoS::AtMostOnce).await;
+    // Values are published every second; wait for the ones that include this client's work.
+    loop {
+        let p = mqtt.next_publish().await;
+        if p.topic == "$SYS/broker/relay/queue/messages" && &p.payload[..] == b"1" {
+            break;
+        }
+    }
+}

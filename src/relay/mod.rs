@@ -20,7 +20,7 @@
 //! - `handlers`: what each message of a registered client does.
 //! - `stream`: the poll loop of a TCP or WebSocket connection; `tcp` and `ws` are their
 //!   framings (and the WebSocket route); `udp` is the one socket task of a UDP listener.
-//! - [`stats`]: the counters.
+//! - [`stats`]: the counters; `sys`: them and the structures' sizes as `$SYS/broker/relay/…`.
 
 pub mod config;
 pub mod hub;
@@ -31,6 +31,7 @@ mod handlers;
 mod outbox;
 mod register;
 mod stream;
+pub(crate) mod sys;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 pub(crate) mod ws;

@@ -28,12 +28,11 @@ pub const LISTENERS: &str = "[[listeners]]\nname = \"relay-tcp\"\nkind = \"relay
      [[listeners]]\nname = \"relay-ws\"\nkind = \"relay-ws\"\nbind = \"127.0.0.1:0\"\n\
      [[listeners]]\nname = \"relay-udp\"\nkind = \"relay-udp\"\nbind = \"127.0.0.1:0\"\n";
 
-/// A test server with the three relay listeners, anonymous access and `extra` appended.
+/// A test server with the three relay listeners, anonymous access, `$SYS` off (unless `extra`
+/// has an `[mqtt]` table of its own) and `extra` appended.
 pub async fn server(extra: &str) -> TestServer {
-    TestServer::start_with(&format!(
-        "{LISTENERS}[auth]\nallow_anonymous = true\n[mqtt]\nsys_interval = 0\n{extra}"
-    ))
-    .await
+    let sys = if extra.contains("[mqtt]") { "" } else { "[mqtt]\nsys_interval = 0\n" };
+    TestServer::start_with(&format!("{LISTENERS}[auth]\nallow_anonymous = true\n{sys}{extra}")).await
 }
 
 /// The address of `server`'s relay listener of `kind`.
