@@ -134,3 +134,62 @@ async fn a_client_that_stops_reading_is_disconnected_at_its_output_cap() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_silent_tcp_client_is_closed_and_its_address_released() {
+    let server = relay::server("[relay]\ntcp_idle_s = 1\n").await;
+    let mut silent = Client::connect(&server, Kind::Tcp).await;
+    silent.register("silent").await;
+    // The relay closes the connection after a second without a frame; the address is released
+    // before the close.
+    assert!(silent.closed().await.is_empty());
+    let mut next = Client::connect(&server, Kind::Ws).await;
+    next.register("silent").await;
+    let stats = server.server.as_ref().unwrap().context().relay().stats();
+    assert_eq!(mesgd::relay::RelayStats::get(&stats.dead_peer_releases), 1);
+}
+
+#[tokio::test]
+async fn a_silent_udp_source_is_forgotten_after_udp_idle_s() {
+    let server = relay::server("[relay]\nudp_idle_s = 1\n").await;
+    let mut silent = Client::connect(&server, Kind::Udp).await;
+    silent.register("udp-silent").await;
+    let stats = server.server.as_ref().unwrap().context().relay().stats();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    common::within("the source to be forgotten", async {
+        while mesgd::relay::RelayStats::get(&stats.dead_peer_releases) == 0 {
+            tick.tick().await;
+        }
+    })
+    .await;
+    let mut next = Client::connect(&server, Kind::Tcp).await;
+    next.register("udp-silent").await;
+}
+
+#[tokio::test]
+async fn turn_credentials_follow_the_turn_rest_api() {
+    use aws_lc_rs::hmac;
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("turn.secret");
+    std::fs::write(&secret_file, "north-secret\n").unwrap();
+    let server = relay::server(&format!(
+        "[relay.turn]\nsecret_file = {:?}\nurls = [\"turn:turn.example.net:3478\"]\nttl_s = 600\n",
+        secret_file.display().to_string()
+    ))
+    .await;
+    let mut c = Client::connect(&server, Kind::Ws).await;
+    c.register("caller").await;
+    let before = common::auth::unix_now();
+    c.send(json!({"t": "turn_credentials"})).await;
+    let turn = c.expect("turn_credentials").await;
+    assert_eq!(turn["urls"], json!(["turn:turn.example.net:3478"]));
+    assert_eq!(turn["ttl"], 600);
+    let username = turn["username"].as_str().expect("username");
+    let (expiry, addr) = username.split_once(':').expect("<expiry>:<addr>");
+    assert_eq!(addr, "caller");
+    let expiry: u64 = expiry.parse().unwrap();
+    assert!((before + 600..=common::auth::unix_now() + 600).contains(&expiry), "{username}");
+    let key = hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, b"north-secret");
+    let expected = STANDARD.encode(hmac::sign(&key, username.as_bytes()).as_ref());
+    assert_eq!(turn["credential"], expected);
+}
