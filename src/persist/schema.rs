@@ -253,10 +253,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STATE_DB_FILE);
         {
-            // A store as version 1 wrote it: no digest column.
+            // A store as version 1 wrote it: no digest column, no relay tables.
             let conn = open(&path, false).unwrap();
             conn.execute_batch(
-                "ALTER TABLE incoming_qos2 DROP COLUMN digest; PRAGMA user_version = 1;
+                "ALTER TABLE incoming_qos2 DROP COLUMN digest; DROP TABLE relay_queue;
+                 DROP TABLE relay_aliases; PRAGMA user_version = 1;
                  INSERT INTO incoming_qos2 (client_id, packet_id) VALUES ('c', 7);",
             )
             .unwrap();
