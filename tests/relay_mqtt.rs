@@ -129,3 +129,41 @@ async fn relay_counters_are_published_under_sys() {
         }
     }
 }
+
+#[tokio::test]
+async fn builtin_rule_changes_apply_live_to_relay_clients() {
+    use common::auth::Storage;
+    let storage = Storage::new();
+    storage.add_user("rita", "pw").await;
+    storage.add_rule("rita", "$relay/addr/rita", "read").await;
+    storage.add_rule("rita", "$relay/room/lobby", "readwrite").await;
+    storage.add_rule("rita", "news/#", "read").await;
+    let server = common::TestServer::start_on(
+        &storage,
+        &format!(
+            "{}[auth]\nallow_anonymous = true\n[[auth.providers]]\ntype = \"builtin\"\npoll_interval_ms = 10\n\
+             [mqtt]\nsys_interval = 0\n",
+            relay::LISTENERS
+        ),
+    )
+    .await;
+    let mut r = Client::connect(&server, relay::Kind::Ws).await;
+    r.send(json!({"t": "register", "addr": "rita", "username": "rita", "password": "wrong"})).await;
+    r.expect_error("not authorized").await;
+    r.send(json!({"t": "register", "addr": "rita", "username": "rita", "password": "pw"})).await;
+    r.expect("registered").await;
+    r.send(json!({"t": "join_room", "room": "lobby"})).await;
+    r.expect("joined_room").await;
+    r.send(json!({"t": "subscribe", "topic": "news/#"})).await;
+    r.expect("subscribed").await;
+
+    // The address rule goes: the client can no longer hold it and is disconnected, told why.
+    storage.mesgd(&["acl", "remove", "rita", "--pattern", "$relay/addr/rita"], "").await;
+    let before = r.closed().await;
+    let last = before.last().expect("an error before the close");
+    assert_eq!((&last["msg"], &last["fatal"]), (&json!("not authorized"), &json!(true)), "{before:?}");
+    // And it cannot come back.
+    let mut again = Client::connect(&server, relay::Kind::Tcp).await;
+    again.send(json!({"t": "register", "addr": "rita", "username": "rita", "password": "pw"})).await;
+    again.expect_error("not authorized").await;
+}
