@@ -86,6 +86,9 @@ pub struct Config {
     /// Content routing on the `http` listener.
     #[serde(default)]
     pub content: crate::content::ContentConfig,
+    /// The JSON relay (`relay-tcp`, `relay-ws`, `relay-udp` listeners).
+    #[serde(default)]
+    pub relay: crate::relay::RelayConfig,
     /// The directory relative paths in the file are resolved against: the config file's own
     /// directory, or the working directory for the embedded default.
     #[serde(skip)]
@@ -145,6 +148,12 @@ pub enum ListenerKind {
     /// HTTP (or HTTPS, with `tls`): the listener every HTTP-based front end shares. Today it
     /// carries MQTT over WebSocket at `/mqtt`.
     Http,
+    /// The JSON relay over TCP (or TLS, with `tls`): 4-byte length-prefixed frames.
+    RelayTcp,
+    /// The JSON relay over WebSocket (or secure WebSocket, with `tls`), on any path.
+    RelayWs,
+    /// The JSON relay over UDP: one JSON object per datagram.
+    RelayUdp,
 }
 
 impl ListenerKind {
@@ -154,6 +163,9 @@ impl ListenerKind {
             ListenerKind::Mqtt => "mqtt",
             ListenerKind::MqttWs => "mqtt-ws",
             ListenerKind::Http => "http",
+            ListenerKind::RelayTcp => "relay-tcp",
+            ListenerKind::RelayWs => "relay-ws",
+            ListenerKind::RelayUdp => "relay-udp",
         }
     }
 }
@@ -374,6 +386,7 @@ impl Config {
         if let Some((key, message)) = self.content.problem() {
             return Err(invalid(key, message));
         }
+        self.relay.validate(self)?;
         if self.log.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
             return Err(invalid("log.level", format!("{:?} is not a valid log filter", self.log.level)));
         }

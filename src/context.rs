@@ -15,6 +15,7 @@ use mesgd_providers::Services;
 use crate::config::Config;
 use crate::login_guard::LoginGuard;
 use crate::mqtt;
+use crate::relay;
 
 /// The shared state of a running server.
 #[derive(Debug)]
@@ -30,6 +31,8 @@ pub struct ServerContext {
     pub(crate) api: crate::http::api::ApiState,
     /// Content routing: the listeners, their matcher, the token keys.
     pub(crate) content: crate::content::Content,
+    /// The relay's shared state (addresses, queues, rooms, pipes, matchmaking).
+    pub(crate) relay: relay::Hub,
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
     /// protocol's own first message).
     pub(crate) connect_timeout: Duration,
@@ -43,7 +46,9 @@ impl ServerContext {
         services: Services,
         content: crate::content::Content,
     ) -> Self {
+        let relay = relay::Hub::new(relay::config::Settings::from_config(config), broker.clone());
         ServerContext {
+            relay,
             broker,
             chain,
             login_guard: LoginGuard::new(config.auth.failed_login.clone()),
@@ -59,6 +64,11 @@ impl ServerContext {
     /// The broker core.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// The relay's shared state and counters.
+    pub fn relay(&self) -> &relay::Hub {
+        &self.relay
     }
 
     /// The provider chain.

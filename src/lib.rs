@@ -14,6 +14,7 @@
 //!   their admission, and the pattern compiler's command and HTTP interface.
 //! - `mqtt`: the MQTT front end (handshake, per-connection task, MQTT over WebSocket), over any
 //!   byte stream.
+//! - [`relay`]: the JSON relay front end (TCP, WebSocket, UDP) and its shared state.
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
 //! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
 //! - [`login_guard`]: slowing down repeated authentication failures (and locking out, for
@@ -35,6 +36,7 @@ pub mod login_guard;
 pub mod metrics;
 mod mqtt;
 pub mod persist;
+pub mod relay;
 pub mod server;
 pub mod tls;
 

@@ -228,6 +228,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("messages\t{}", s.messages);
             println!("retained\t{}", s.retained);
             println!("wills\t{}", s.wills);
+            println!("relay_queued\t{}", s.relay_queued);
+            println!("relay_aliases\t{}", s.relay_aliases);
             println!("bytes_on_disk\t{}", s.bytes_on_disk);
         }
         Command::Store(StoreCommand::Compact) => {

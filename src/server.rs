@@ -72,6 +72,9 @@ pub enum StartError {
     /// The token key store (`<storage.dir>/keys`) cannot be opened or made.
     #[error(transparent)]
     Keys(#[from] mesgd_providers::tokens::KeyError),
+    /// The relay's configuration refers to something unusable (the TURN secret file).
+    #[error(transparent)]
+    Relay(crate::config::ConfigError),
     /// The storage directory is unusable.
     #[error("storage directory {dir}: {source}")]
     Storage {
@@ -158,9 +161,11 @@ impl Server {
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
         let persistence = persist::open(&config.storage_dir(), &config.storage, &broker)?;
         let journal = persistence.as_ref().map(|p| p.journal.clone());
+        let mut restored_relay = crate::relay::Restored::default();
         let persistence = persistence.map(|p| {
             let journal: Arc<dyn mesgd_core::journal::Journal> = p.journal.clone();
             broker.set_journal(&journal);
+            restored_relay = p.relay;
             p.writer
         });
         let content = crate::content::Content::open(&config)?;
@@ -173,6 +178,10 @@ impl Server {
         )));
         if let Some(token) = metrics_token(&config)? {
             ctx.metrics.require_token(token);
+        }
+        ctx.relay.restore(restored_relay);
+        if let Some(turn) = config.relay.load_turn(&config).map_err(StartError::Relay)? {
+            ctx.relay.set_turn(turn);
         }
         let (stop, stopped) = watch::channel(false);
         let connections = Arc::new(Connections::default());
@@ -208,16 +217,22 @@ impl Server {
                 tls = lc.tls.is_some(),
                 "listening"
             );
+            if let Some(transport) = crate::relay::transport_name(lc.kind, lc.tls.is_some()) {
+                ctx.relay.add_transport(transport, running.addr.port());
+            }
             listeners.push(BoundListener { name, kind: lc.kind, addr: running.addr });
             tasks.push(running.task);
         }
         tasks.push(tokio::spawn(timer_loop(broker.clone(), stopped.clone())));
+        tasks.push(tokio::spawn(crate::relay::sweep_loop(ctx.clone(), stopped.clone())));
         if config.mqtt.sys_interval > 0 {
             tasks.push(tokio::spawn(sys_loop(
                 broker.clone(),
                 Duration::from_secs(config.mqtt.sys_interval),
                 stopped.clone(),
             )));
+            let interval = Duration::from_secs(config.mqtt.sys_interval);
+            tasks.push(tokio::spawn(crate::relay::sys::sys_loop(ctx.clone(), interval, stopped.clone())));
         }
         Ok(Server { ctx, listeners, tasks, stop, connections, tls: acceptors, persistence })
     }

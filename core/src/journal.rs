@@ -17,6 +17,8 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::SystemTime;
 
+use bytes::Bytes;
+
 use crate::model::{Delivery, Message, SessionExpiry, SubscribeOptions, Will};
 use crate::topic::TopicName;
 
@@ -131,6 +133,31 @@ pub enum Change {
     WillCancelled {
         /// The client id.
         client_id: Arc<str>,
+    },
+    /// A relay message was queued for the offline address `addr` (store-and-forward).
+    RelayQueued {
+        /// The recipient's address.
+        addr: Arc<str>,
+        /// The entry's id, unique and increasing across all relay queues.
+        entry: u64,
+        /// The encoded `deliver` frame body that will be sent.
+        payload: Bytes,
+        /// When it expires, on the wall clock.
+        expires_at: SystemTime,
+    },
+    /// A relay queue entry is gone: flushed to its recipient, pushed out by a cap, or expired.
+    RelayDone {
+        /// The recipient's address.
+        addr: Arc<str>,
+        /// The entry's id.
+        entry: u64,
+    },
+    /// A relay alias was bound to a key (the first key wins, for good).
+    AliasBound {
+        /// The alias.
+        alias: Arc<str>,
+        /// The SHA-256 of the key's raw bytes.
+        key_digest: [u8; 32],
     },
 }
 

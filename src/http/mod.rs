@@ -52,7 +52,11 @@ pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Rou
             .route(crate::metrics::route::PATH, axum::routing::get(crate::metrics::route::serve))
             .merge(api::router(ctx))
             .merge(crate::content::routes()),
-        ListenerKind::Mqtt => Router::new(),
+        // The relay answers on every path: there is nothing else on its listener.
+        ListenerKind::RelayWs => {
+            return Router::new().fallback(crate::relay::ws::route).with_state(ctx.clone());
+        }
+        ListenerKind::Mqtt | ListenerKind::RelayTcp | ListenerKind::RelayUdp => Router::new(),
     };
     routes.fallback(not_found).with_state(ctx.clone())
 }

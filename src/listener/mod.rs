@@ -5,8 +5,8 @@
 //!
 //! - [`slots`]: the count of open connections (`limits.max_connections`, shutdown).
 //!
-//! Every kind today is stream-based (TCP, optionally TLS); [`Transport`] is where datagram
-//! listeners (UDP) branch off: they have no accept loop and no per-connection task.
+//! Stream kinds (TCP, optionally TLS) have an accept loop and a task per connection; datagram
+//! kinds ([`Transport::Datagram`], the relay over UDP) have one socket task for every source.
 
 pub(crate) mod slots;
 
@@ -26,6 +26,7 @@ use crate::config::{ListenerConfig, ListenerKind};
 use crate::context::ServerContext;
 use crate::http::{self, HttpConnection};
 use crate::mqtt;
+use crate::relay;
 use crate::tls::ReloadableAcceptor;
 
 /// How a listener's kind carries bytes.
@@ -33,13 +34,20 @@ use crate::tls::ReloadableAcceptor;
 pub(crate) enum Transport {
     /// A connection per client: TCP, with TLS when configured.
     Stream,
+    /// One socket for every client: UDP.
+    Datagram,
 }
 
 impl ListenerKind {
     /// How this kind carries bytes.
     pub(crate) fn transport(self) -> Transport {
         match self {
-            ListenerKind::Mqtt | ListenerKind::MqttWs | ListenerKind::Http => Transport::Stream,
+            ListenerKind::Mqtt
+            | ListenerKind::MqttWs
+            | ListenerKind::Http
+            | ListenerKind::RelayTcp
+            | ListenerKind::RelayWs => Transport::Stream,
+            ListenerKind::RelayUdp => Transport::Datagram,
         }
     }
 }
@@ -64,7 +72,7 @@ impl Endpoint {
         ctx: Arc<ServerContext>,
         tls: Option<Arc<ReloadableAcceptor>>,
     ) -> Self {
-        let router = matches!(config.kind, ListenerKind::MqttWs | ListenerKind::Http)
+        let router = matches!(config.kind, ListenerKind::MqttWs | ListenerKind::Http | ListenerKind::RelayWs)
             .then(|| http::router(&ctx, config));
         Endpoint { name, kind: config.kind, ctx, tls, router }
     }
@@ -119,6 +127,10 @@ impl Endpoint {
                     HttpConnection { peer, listener: self.name.clone(), tls, slot: Arc::new(slot) };
                 http::serve(stream, connection, router.clone(), &self.ctx).await;
             }
+            None if self.kind == ListenerKind::RelayTcp => {
+                relay::tcp::serve(stream, peer, self.name.clone(), tls, self.ctx.clone()).await;
+                drop(slot);
+            }
             None => {
                 mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone()).await;
                 drop(slot);
@@ -148,6 +160,17 @@ pub(crate) async fn start(
             let addr = socket.local_addr()?;
             let task =
                 tokio::spawn(accept_loop(socket, endpoint, connections, max_connections, stop.clone()));
+            Ok(Running { addr, task })
+        }
+        Transport::Datagram => {
+            let socket = tokio::net::UdpSocket::bind(bind).await?;
+            let addr = socket.local_addr()?;
+            let task = tokio::spawn(relay::udp::run(
+                socket,
+                endpoint.name.clone(),
+                endpoint.ctx.clone(),
+                stop.clone(),
+            ));
             Ok(Running { addr, task })
         }
     }

@@ -50,6 +50,8 @@ pub struct Persistence {
     pub journal: Arc<SqliteJournal>,
     /// Stops the writer after writing everything recorded.
     pub writer: WriterHandle,
+    /// The relay's offline queues and alias bindings, for the relay's hub.
+    pub relay: crate::relay::Restored,
 }
 
 /// The state file under `dir`.
@@ -73,13 +75,15 @@ pub fn open(dir: &Path, storage: &StorageConfig, broker: &Broker) -> Result<Opti
         messages = recovered.messages,
         retained = recovered.retained,
         wills = recovered.wills,
+        relay_queued = recovered.relay.queues.iter().map(|(_, e)| e.len()).sum::<usize>(),
+        relay_aliases = recovered.relay.aliases.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "state restored"
     );
     let interval =
         (durability == Durability::Periodic).then(|| Duration::from_millis(storage.flush_interval_ms));
     let (journal, writer) = writer::start(conn, interval, storage.max_unwritten_changes, recovered.entries);
-    Ok(Some(Persistence { journal, writer }))
+    Ok(Some(Persistence { journal, writer, relay: recovered.relay }))
 }
 
 /// What `mesgd store stats` prints.
@@ -97,6 +101,10 @@ pub struct Stats {
     pub retained: u64,
     /// Pending wills.
     pub wills: u64,
+    /// Relay messages queued for offline addresses.
+    pub relay_queued: u64,
+    /// Relay alias bindings.
+    pub relay_aliases: u64,
     /// Bytes on disk (the database, its WAL and shared-memory files).
     pub bytes_on_disk: u64,
 }
@@ -130,10 +138,20 @@ pub fn stats(dir: &Path) -> Result<Stats, StoreError> {
         messages: count("messages")?,
         retained: count("retained")?,
         wills: count("wills")?,
+        // A store from before version 3 (not yet migrated) has no relay tables.
+        relay_queued: if has_table(&conn, "relay_queue") { count("relay_queue")? } else { 0 },
+        relay_aliases: if has_table(&conn, "relay_aliases") { count("relay_aliases")? } else { 0 },
         bytes_on_disk: file_size(&path)
             + file_size(&with_suffix(&path, "-wal"))
             + file_size(&with_suffix(&path, "-shm")),
     })
+}
+
+fn has_table(conn: &rusqlite::Connection, name: &str) -> bool {
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|n| n > 0)
 }
 
 /// Removes unreferenced messages and rebuilds the file to its smallest size. Run it while the

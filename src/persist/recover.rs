@@ -32,6 +32,8 @@ pub(crate) struct Recovered {
     pub(crate) wills: usize,
     /// Queue entry → stored message id, for the writer's reference counts.
     pub(crate) entries: Vec<((Arc<str>, u64), i64)>,
+    /// The relay's offline queues and alias bindings.
+    pub(crate) relay: crate::relay::Restored,
 }
 
 struct Reader<'a> {
@@ -314,5 +316,48 @@ pub(crate) fn recover(
         .map_err(db)?;
     }
     conn.execute("DELETE FROM messages WHERE id NOT IN (SELECT message_id FROM queue)", []).map_err(db)?;
+    out.relay = recover_relay(conn, &r)?;
     Ok(out)
+}
+
+/// Reads the relay's offline queues (oldest first per address; what expired while the broker
+/// was down is deleted) and alias bindings.
+fn recover_relay(conn: &Connection, r: &Reader<'_>) -> Result<crate::relay::Restored, StoreError> {
+    use mesgd_core::relay::EntryId;
+    use mesgd_core::relay::store::Entry;
+    let db = |e| r.db(e);
+    let wall_now = super::record::system_to_ms(r.wall);
+    conn.execute("DELETE FROM relay_queue WHERE expires_at_ms <= ?1", [wall_now]).map_err(db)?;
+    let mut restored = crate::relay::Restored::default();
+    {
+        let mut stmt = conn
+            .prepare("SELECT entry, addr, payload, expires_at_ms FROM relay_queue ORDER BY addr, entry")
+            .map_err(db)?;
+        let mut rows = stmt.query([]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let entry: i64 = row.get(0).map_err(db)?;
+            let addr: String = row.get(1).map_err(db)?;
+            let payload: Vec<u8> = row.get(2).map_err(db)?;
+            let expires_at = ms_to_instant(row.get(3).map_err(db)?, r.now, r.wall);
+            let entry =
+                Entry { id: EntryId(entry.unsigned_abs()), payload: Bytes::from(payload), expires_at };
+            match restored.queues.last_mut() {
+                Some((last, entries)) if **last == *addr => entries.push(entry),
+                _ => restored.queues.push((Arc::from(addr), vec![entry])),
+            }
+        }
+    }
+    {
+        let mut stmt = conn.prepare("SELECT alias, key_digest FROM relay_aliases").map_err(db)?;
+        let mut rows = stmt.query([]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let alias: String = row.get(0).map_err(db)?;
+            let digest: Vec<u8> = row.get(1).map_err(db)?;
+            let digest: [u8; 32] = digest
+                .try_into()
+                .map_err(|_| r.corrupt(format!("alias binding {alias:?}: the key digest is not 32 bytes")))?;
+            restored.aliases.push((Arc::from(alias), digest));
+        }
+    }
+    Ok(restored)
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OpenFlags};
 
 /// The schema version this mesgd writes (`PRAGMA user_version`).
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// The state file's name under `storage.dir`.
 pub const STATE_DB_FILE: &str = "state.db";
@@ -119,11 +119,28 @@ CREATE TABLE wills (
 );
 ";
 
+/// The relay's store-and-forward queues and alias bindings (added in version 3).
+const RELAY_TABLES: &str = r"
+CREATE TABLE relay_queue (
+    entry INTEGER PRIMARY KEY,            -- unique and increasing across all addresses
+    addr TEXT NOT NULL,
+    payload BLOB NOT NULL,                -- the encoded deliver frame body
+    expires_at_ms INTEGER NOT NULL        -- wall clock
+);
+CREATE INDEX relay_queue_by_addr ON relay_queue(addr, entry);
+CREATE TABLE relay_aliases (
+    alias TEXT PRIMARY KEY,
+    key_digest BLOB NOT NULL              -- SHA-256 of the key's raw bytes
+);
+";
+
 /// The steps from each schema version to the next: `MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`. A fresh store is created by `CREATE` at the newest version directly.
 const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [
     // 1 → 2: incoming QoS 2 ids keep their message's digest (a reused id is a new message).
     "ALTER TABLE incoming_qos2 ADD COLUMN digest INTEGER;",
+    // 2 → 3: the relay's offline queues and alias bindings.
+    RELAY_TABLES,
 ];
 
 /// Opens (creating if needed) and checks the state store. `synchronous_full` makes every commit
@@ -204,8 +221,10 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
                             .into(),
                 });
             }
-            conn.execute_batch(&format!("BEGIN; {CREATE} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
-                .map_err(db)?;
+            conn.execute_batch(&format!(
+                "BEGIN; {CREATE} {RELAY_TABLES} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
+            .map_err(db)?;
             Ok(())
         }
         SCHEMA_VERSION => Ok(()),
@@ -234,10 +253,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STATE_DB_FILE);
         {
-            // A store as version 1 wrote it: no digest column.
+            // A store as version 1 wrote it: no digest column, no relay tables.
             let conn = open(&path, false).unwrap();
             conn.execute_batch(
-                "ALTER TABLE incoming_qos2 DROP COLUMN digest; PRAGMA user_version = 1;
+                "ALTER TABLE incoming_qos2 DROP COLUMN digest; DROP TABLE relay_queue;
+                 DROP TABLE relay_aliases; PRAGMA user_version = 1;
                  INSERT INTO incoming_qos2 (client_id, packet_id) VALUES ('c', 7);",
             )
             .unwrap();
@@ -251,6 +271,32 @@ mod tests {
             })
             .unwrap();
         assert_eq!(row, ("c".to_owned(), 7, None));
+    }
+
+    #[test]
+    fn a_version_2_store_gets_the_relay_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_DB_FILE);
+        {
+            let conn = open(&path, false).unwrap();
+            conn.execute_batch(
+                "DROP TABLE relay_queue; DROP TABLE relay_aliases; PRAGMA user_version = 2;
+                 INSERT INTO sessions (client_id, expiry_s) VALUES ('kept', 60);",
+            )
+            .unwrap();
+        }
+        let conn = open(&path, false).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        conn.execute(
+            "INSERT INTO relay_queue (entry, addr, payload, expires_at_ms) VALUES (1, 'bob', x'7b7d', 0)",
+            [],
+        )
+        .unwrap();
+        conn.execute("INSERT INTO relay_aliases (alias, key_digest) VALUES ('alice', zeroblob(32))", [])
+            .unwrap();
+        let kept: String = conn.query_row("SELECT client_id FROM sessions", [], |r| r.get(0)).unwrap();
+        assert_eq!(kept, "kept");
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! number is durable. `periodic`: the writer commits every `flush_interval_ms` with
 //! `synchronous=NORMAL`, and nobody waits.
 //!
-//! Within one batch, a message queued and then acknowledged never touches the disk: under load,
-//! online persistent sessions cost almost nothing to persist.
+//! Within one batch, a message queued and then acknowledged (or a relay message queued and then
+//! flushed to its recipient) never touches the disk: under load, online persistent sessions
+//! cost almost nothing to persist.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -346,8 +347,17 @@ fn write_batch(
     // Entries queued and finished within this batch never need to be written.
     let mut queued_here: HashSet<(&str, u64)> = HashSet::new();
     let mut short_lived: HashSet<(&str, u64)> = HashSet::new();
+    // Relay entries flushed to a recipient within the batch that queued them, likewise.
+    let mut relay_queued_here: HashSet<u64> = HashSet::new();
+    let mut relay_short_lived: HashSet<u64> = HashSet::new();
     for (_, change) in batch {
         match change {
+            Change::RelayQueued { entry, .. } => {
+                relay_queued_here.insert(*entry);
+            }
+            Change::RelayDone { entry, .. } if relay_queued_here.contains(entry) => {
+                relay_short_lived.insert(*entry);
+            }
             Change::Queued { client_id, entry, .. } => {
                 queued_here.insert((client_id, *entry));
             }
@@ -362,6 +372,11 @@ fn write_batch(
     let wall = SystemTime::now();
     let tx = conn.transaction()?;
     for (_, change) in batch {
+        if let Change::RelayQueued { entry, .. } | Change::RelayDone { entry, .. } = change
+            && relay_short_lived.contains(entry)
+        {
+            continue;
+        }
         apply(&tx, change, index, &short_lived, now, wall)?;
     }
     tx.commit()?;
@@ -515,6 +530,21 @@ fn apply(
         }
         Change::WillCancelled { client_id } => {
             tx.execute("DELETE FROM wills WHERE client_id = ?1", params![&**client_id])?;
+        }
+        Change::RelayQueued { addr, entry, payload, expires_at } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO relay_queue (entry, addr, payload, expires_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![*entry as i64, &**addr, &payload[..], system_to_ms(*expires_at)],
+            )?;
+        }
+        Change::RelayDone { entry, .. } => {
+            tx.execute("DELETE FROM relay_queue WHERE entry = ?1", params![*entry as i64])?;
+        }
+        Change::AliasBound { alias, key_digest } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO relay_aliases (alias, key_digest) VALUES (?1, ?2)",
+                params![&**alias, &key_digest[..]],
+            )?;
         }
         _ => {}
     }

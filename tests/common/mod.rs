@@ -74,6 +74,7 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
 
 pub mod packets;
 pub mod persistent;
+pub mod relay;
 
 pub use packets::{connect_bytes, mqtt_str, packet};
 

@@ -18,8 +18,9 @@ use crate::topic::TopicName;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishRefused {
-    /// `$SYS/...` is the broker's own: no client publishes there, whatever its ACL says (an
-    /// unrestricted client would otherwise forge broker statistics).
+    /// `$SYS/...` is the broker's own and `$relay/...` names relay resources for the ACL: no
+    /// client publishes there, whatever its ACL says (an unrestricted client would otherwise
+    /// forge broker statistics).
     #[error("the topic is reserved for the broker")]
     Reserved,
     /// The publisher's ACL does not let it write the topic.
@@ -27,10 +28,12 @@ pub enum PublishRefused {
     NotAuthorized,
 }
 
-/// Topics only the broker publishes to: `$SYS` and everything under it.
+/// Topics no client may publish to: `$SYS` (the broker's statistics) and `$relay` (the names
+/// ACL rules give relay addresses, rooms and games, see [`crate::relay::resources`]), and
+/// everything under them.
 pub fn is_reserved_topic(topic: &TopicName) -> bool {
     let t = topic.as_str();
-    t == "$SYS" || t.starts_with("$SYS/")
+    t == "$SYS" || t.starts_with("$SYS/") || crate::relay::is_relay_topic(t)
 }
 
 /// Where messages published on this node go besides local subscribers: the cluster seam. A

@@ -275,10 +275,18 @@ fn publish_as_reserves_sys_and_checks_write() {
         PublishRefused::Reserved
     );
     assert!(b.publish_as(&all, message("$SYSTEM/x", false)).is_ok(), "only $SYS itself is reserved");
+    for relay in ["$relay", "$relay/addr/alice", "$relay/room/lobby"] {
+        assert_eq!(
+            b.publish_as(&all, message(relay, true)).unwrap_err(),
+            PublishRefused::Reserved,
+            "{relay}"
+        );
+    }
+    assert!(b.retained().is_empty(), "a refused retained publish to $relay keeps nothing");
     let read_only = Acl::compile(Some(&[Rule::new("#", Permission::Read)]), None, "c");
     assert_eq!(b.publish_as(&read_only, message("t", false)).unwrap_err(), PublishRefused::NotAuthorized);
     assert_eq!(b.publish_as(&all, message("t", false)).unwrap().delivered, 1);
-    assert_eq!(Stats::get(&b.stats().publishes_denied), 2);
+    assert_eq!(Stats::get(&b.stats().publishes_denied), 5);
     assert_eq!(Stats::get(&b.stats().messages_received), 2);
     assert_eq!(watcher.queue_len(), 2);
 }

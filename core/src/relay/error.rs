@@ -58,6 +58,9 @@ pub mod msg {
     pub const INVALID_TOPIC: &str = "invalid topic";
     /// mesgd: the client's ACL does not allow the topic, address, room or game.
     pub const NOT_AUTHORIZED: &str = "not authorized";
+    /// mesgd: the connection's output waiting to be sent passed `[relay] max_output_bytes` (it
+    /// stopped reading); sent with `fatal: true` as the connection is closed.
+    pub const OUTPUT_LIMIT: &str = "output limit exceeded";
     /// mesgd: the prefix of "limit reached: WHAT", a count cap of the relay's state.
     pub const LIMIT_REACHED_PREFIX: &str = "limit reached: ";
 }
@@ -83,6 +86,8 @@ pub enum Limit {
     MatchWaiters,
     /// Alias bindings relay-wide.
     AliasBindings,
+    /// Topic subscriptions of one connection.
+    Subscriptions,
 }
 
 impl Limit {
@@ -97,6 +102,7 @@ impl Limit {
             Limit::GamesPerConnection => "games per connection",
             Limit::MatchWaiters => "match waiters",
             Limit::AliasBindings => "alias bindings",
+            Limit::Subscriptions => "subscriptions per connection",
         }
     }
 }
@@ -172,6 +178,9 @@ pub enum RelayError {
     /// [`msg::NOT_AUTHORIZED`].
     #[error("{}", msg::NOT_AUTHORIZED)]
     NotAuthorized,
+    /// [`msg::OUTPUT_LIMIT`].
+    #[error("{}", msg::OUTPUT_LIMIT)]
+    OutputLimit,
     /// "limit reached: WHAT" ([`msg::LIMIT_REACHED_PREFIX`]).
     #[error("{}{}", msg::LIMIT_REACHED_PREFIX, .0)]
     LimitReached(Limit),
@@ -201,6 +210,7 @@ impl RelayError {
             RelayError::UnknownPipe => msg::UNKNOWN_PIPE,
             RelayError::InvalidTopic => msg::INVALID_TOPIC,
             RelayError::NotAuthorized => msg::NOT_AUTHORIZED,
+            RelayError::OutputLimit => msg::OUTPUT_LIMIT,
             RelayError::InvalidField(_) | RelayError::LimitReached(_) => {
                 return Cow::Owned(self.to_string());
             }
@@ -275,7 +285,9 @@ mod tests {
             RelayError::UnknownPipe,
             RelayError::InvalidTopic,
             RelayError::NotAuthorized,
+            RelayError::OutputLimit,
             RelayError::LimitReached(Limit::Pipes),
+            RelayError::LimitReached(Limit::Subscriptions),
             RelayError::InvalidField("ct"),
         ];
         for error in all.into_iter().chain(SEED_TABLE.map(|(e, _)| e)) {

@@ -147,6 +147,11 @@ impl<H: Clone + Eq + Hash> Matchmaker<H> {
         }
     }
 
+    /// The games `who` waits in (to re-check them when its rules change).
+    pub fn games_of<'s>(&'s self, who: &H) -> impl Iterator<Item = &'s Arc<str>> + 's {
+        self.waiting.get(who).into_iter().flatten()
+    }
+
     /// Waits over all games.
     pub fn waiters(&self) -> usize {
         self.waiters
@@ -194,6 +199,7 @@ mod tests {
         let mut mm = Matchmaker::new(MatchLimits::default());
         mm.find_match(&1u32, "chess").unwrap();
         mm.find_match(&1, "go").unwrap();
+        assert_eq!(mm.games_of(&1).map(|g| &**g).collect::<Vec<_>>(), ["chess", "go"]);
         mm.find_match(&2, "chess").ok();
         mm.find_match(&3, "go").ok();
         mm.find_match(&4, "go").unwrap();

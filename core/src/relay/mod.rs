@@ -43,6 +43,8 @@
 //! - [`store`]: [`OfflineQueues`], the store-and-forward queues.
 //! - [`rooms`], [`pipes`], [`matchmaking`]: [`Rooms`], [`Pipes`], [`Matchmaker`].
 //! - [`capabilities`]: [`Load`] and the `capabilities` reply.
+//! - [`resources`]: the reserved `$relay/…` topics through which ACL rules cover addresses,
+//!   rooms and games.
 
 pub mod address;
 pub mod aliases;
@@ -56,6 +58,7 @@ pub mod limits;
 pub mod matchmaking;
 pub mod payload;
 pub mod pipes;
+pub mod resources;
 pub mod rooms;
 mod scan;
 pub mod server;
@@ -77,6 +80,7 @@ pub use limits::{Amplification, RateLimiter, RateLimits, Verdict};
 pub use matchmaking::{MatchLimits, MatchOutcome, Matchmaker};
 pub use payload::{CtEncoding, MqttCt, mqtt_payload};
 pub use pipes::{PipeLimits, Pipes};
+pub use resources::{RELAY_TOPIC_ROOT, Resource, is_relay_topic};
 pub use rooms::{RoomLimits, Rooms};
 pub use server::{Deliver, DeliverKind, ServerMessage};
 pub use store::{EntryId, OfflineQueues, QueueLimits};

@@ -137,6 +137,12 @@ impl<H: Clone + Eq + Hash> Rooms<H> {
         }
     }
 
+    /// The rooms `who` is in, in the order it joined them (to re-check them when its rules
+    /// change).
+    pub fn rooms_of<'s>(&'s self, who: &H) -> impl Iterator<Item = &'s Arc<str>> + 's {
+        self.joined.get(who).into_iter().flatten()
+    }
+
     /// The member count of `room`.
     pub fn members(&self, room: &str) -> usize {
         self.rooms.get(room).map_or(0, Vec::len)
@@ -178,6 +184,10 @@ mod tests {
         assert_eq!(rooms.join(&3, "lobby"), Ok(3));
         assert_eq!(rooms.join(&2, "lobby"), Ok(3), "joining again changes nothing");
         assert_eq!(recipients(&rooms, 2, "lobby"), Ok(vec![1, 3]));
+        rooms.join(&2, "hall").unwrap();
+        assert_eq!(rooms.rooms_of(&2).map(|r| &**r).collect::<Vec<_>>(), ["lobby", "hall"]);
+        assert!(rooms.leave(&2, "hall"));
+        assert_eq!(rooms.rooms_of(&9).count(), 0);
         assert_eq!(recipients(&rooms, 4, "lobby"), Err(RelayError::JoinRoomFirst));
         assert_eq!(recipients(&rooms, 1, "nowhere"), Err(RelayError::JoinRoomFirst));
         assert!(rooms.leave(&1, "lobby"));

@@ -1,0 +1,156 @@
+//! The relay over TCP (or TLS): 4-byte big-endian length-prefixed frames in both directions.
+//!
+//! A length over 65,536 is refused from the header alone: the client gets `error{msg: "frame
+//! too large", fatal: true}` and the connection is closed, as the stream cannot be
+//! resynchronised. Output is written as the outbox holds it, since it is already framed.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use mesgd_core::auth::TlsInfo;
+use mesgd_core::relay::frame::{self, MAX_TCP_FRAME};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tracing::Instrument;
+
+use super::client::{Client, End, Origin, Transport};
+use super::stats::RelayStats;
+use super::stream::{Connection, Wire};
+use crate::context::ServerContext;
+
+/// Read buffer growth step.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// Length-prefixed frames over a byte stream.
+pub(crate) struct TcpWire<S> {
+    stream: S,
+    inbuf: BytesMut,
+}
+
+impl<S> TcpWire<S> {
+    pub(crate) fn new(stream: S) -> Self {
+        TcpWire { stream, inbuf: BytesMut::new() }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> TcpWire<S> {
+    /// Hands every complete buffered frame to `client`, until it is busy; returns whether it
+    /// handed any.
+    fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<bool, End> {
+        let mut handled = false;
+        while !client.is_busy() {
+            match frame::decode(&mut self.inbuf, MAX_TCP_FRAME) {
+                Ok(Some(body)) => {
+                    client.handle_frame(&body, now)?;
+                    handled = true;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    RelayStats::add(&client.ctx.relay.stats().oversize_tcp, 1);
+                    return Err(End::FrameTooLarge);
+                }
+            }
+        }
+        Ok(handled)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for TcpWire<S> {
+    fn poll_read(&mut self, cx: &mut Context<'_>, client: &mut Client, now: Instant) -> Result<bool, End> {
+        // Frames left over from an earlier read (the client was busy with a register). Only
+        // frames handled are progress: a partial frame in the buffer is not, or a client that
+        // sends half a frame would keep its task spinning.
+        let buffered = self.handle_buffered(client, now)?;
+        if client.is_busy() {
+            return Ok(buffered);
+        }
+        let polled = if self.inbuf.is_empty() {
+            // Nothing buffered: read onto the stack first, so that a wake-up with nothing to
+            // read (and every idle connection) allocates nothing.
+            let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ_CHUNK];
+            let mut read = ReadBuf::uninit(&mut stack);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => {
+                    self.inbuf.extend_from_slice(read.filled());
+                    Poll::Ready(Ok(read.filled().len()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        } else {
+            if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
+                self.inbuf.reserve(READ_CHUNK);
+            }
+            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
+        };
+        match polled {
+            Poll::Pending => {
+                if self.inbuf.is_empty() && self.inbuf.capacity() > 0 {
+                    self.inbuf = BytesMut::new();
+                }
+                Ok(buffered)
+            }
+            Poll::Ready(Ok(0)) => Err(End::Closed),
+            Poll::Ready(Ok(_)) => {
+                self.handle_buffered(client, now)?;
+                Ok(true)
+            }
+            Poll::Ready(Err(e)) => Err(End::Io(e)),
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, out: &mut BytesMut) -> io::Result<usize> {
+        let mut written = 0;
+        while !out.is_empty() {
+            match Pin::new(&mut self.stream).poll_write(cx, out) {
+                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => {
+                    out.advance(n);
+                    written += n;
+                }
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => return Ok(written),
+            }
+        }
+        // TLS streams buffer internally; a plain TCP flush is a no-op.
+        match Pin::new(&mut self.stream).poll_flush(cx) {
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Ready(Ok(())) | Poll::Pending => {}
+        }
+        if out.capacity() > 0 {
+            *out = BytesMut::new();
+        }
+        Ok(written)
+    }
+
+    fn ping(&mut self) -> bool {
+        false
+    }
+
+    fn poll_close(&mut self, cx: &mut Context<'_>, _end: &End) -> Poll<()> {
+        Pin::new(&mut self.stream).poll_shutdown(cx).map(|_| ())
+    }
+}
+
+/// Serves one relay connection over a (decrypted) byte stream until it ends.
+pub(crate) fn serve<S>(
+    stream: S,
+    peer: SocketAddr,
+    listener: Arc<str>,
+    tls: Option<TlsInfo>,
+    ctx: Arc<ServerContext>,
+) -> impl std::future::Future<Output = ()> + Send
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let span = tracing::info_span!("relay", %peer, listener = %listener, transport = "tcp");
+    let idle = ctx.relay.settings().tcp_idle;
+    let origin = Origin { listener, peer, tls, bearer: None, transport: Transport::Tcp };
+    let client = Client::new(ctx, origin, MAX_TCP_FRAME, crate::clock::now());
+    let connection = Box::new(Connection::new(TcpWire::new(stream), client, idle, None));
+    connection.run().instrument(span)
+}
