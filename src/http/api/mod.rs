@@ -52,7 +52,11 @@ pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
     let document = openapi::finish(document);
     let routes = routes
         .route(openapi::PATH, get(move || std::future::ready(document.clone())))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        // A route, not only a fallback: the listener's other front ends have catch-all routes
+        // (content routing answers every path), and axum consults fallbacks only when no route
+        // matches, so unknown API paths would otherwise never reach the API's own answer.
+        .route("/{*rest}", axum::routing::any(not_found))
+        .fallback(not_found)
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -63,6 +67,11 @@ pub(crate) fn router(ctx: &Arc<ServerContext>) -> Router<Arc<ServerContext>> {
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::guard))
         .layer(axum::extract::DefaultBodyLimit::max(ctx.api.max_body_bytes()));
     Router::new().nest(PREFIX, routes)
+}
+
+/// The API's answer to a path it does not have (behind the guard, like every route).
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
 /// Every documented route (paths relative to [`PREFIX`]).
