@@ -13,6 +13,7 @@ use mesgd_core::broker::Broker;
 use mesgd_providers::Services;
 
 use crate::config::Config;
+use crate::limits::LimitState;
 use crate::login_guard::LoginGuard;
 use crate::mqtt;
 
@@ -22,6 +23,7 @@ pub struct ServerContext {
     pub(crate) broker: Arc<Broker>,
     pub(crate) chain: Chain,
     pub(crate) login_guard: LoginGuard,
+    pub(crate) limits: LimitState,
     pub(crate) services: Services,
     pub(crate) mqtt: mqtt::Settings,
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
@@ -34,7 +36,8 @@ impl ServerContext {
         ServerContext {
             broker,
             chain,
-            login_guard: LoginGuard::new(config.auth.failed_login.clone()),
+            login_guard: LoginGuard::new(config.auth.failed_login.clone(), config.limits.exempt.clone()),
+            limits: LimitState::new(&config.limits),
             services,
             mqtt: mqtt::Settings::from_config(config),
             connect_timeout: Duration::from_millis(config.limits.connect_timeout_ms),
@@ -44,6 +47,11 @@ impl ServerContext {
     /// The broker core.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// The limit state: per-address counts and what each limit refused (for metrics).
+    pub fn limits(&self) -> &LimitState {
+        &self.limits
     }
 
     /// The provider chain.

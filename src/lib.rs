@@ -15,6 +15,8 @@
 //! - [`tls`]: listener TLS — certificates, client-certificate verification, SIGHUP reload.
 //! - [`persist`]: durable broker state in `state.db` — the journal writer and recovery.
 //! - [`login_guard`]: slowing down repeated authentication failures.
+//! - [`limits`]: per-address connection counts, exempt networks, limit counters and the
+//!   once-per-interval log of a tripped limit, for every front end.
 //! - `clock`: the clock the front ends read (Tokio's, so tests can pause it).
 //! - `linger`: closing a connection so that the peer reads our last packet.
 //! - [`logging`]: `tracing` set-up for the binary.
@@ -24,6 +26,7 @@ pub mod config;
 pub mod context;
 mod http;
 mod linger;
+pub mod limits;
 mod listener;
 pub mod logging;
 pub mod login_guard;
