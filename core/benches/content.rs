@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use mesgd_core::content::{Matcher, Message, Path};
 
 const KEYS: [&str; 20] = [
@@ -132,25 +132,31 @@ fn message(rng: &mut Rng, fields: &[Field]) -> String {
 struct Workload {
     patterns: Vec<Vec<Field>>,
     paths: Vec<Path>,
+    /// Built around the 100,000-path set and shared by every size (so at 100 paths they
+    /// match nothing, at 100,000 about 1.6 paths each).
     messages: Vec<String>,
+    /// Built around this size's own paths: 1–10 matches each at every size, so comparing
+    /// sizes compares the same work per message.
+    own: Vec<String>,
 }
 
 fn workload(n: usize, seed: u64) -> Workload {
     let mut rng = Rng(seed);
     let patterns: Vec<Vec<Field>> = (0..n).map(|_| pattern(&mut rng)).collect();
     let paths: Vec<Path> = patterns.iter().map(|f| Path::parse(&path_text(f)).unwrap()).collect();
-    Workload { patterns, paths, messages: Vec::new() }
+    Workload { patterns, paths, messages: Vec::new(), own: Vec::new() }
 }
 
-/// Messages built around the largest pattern set's paths, keeping those with ≤ 10 matches.
-fn messages(largest: &Workload) -> Vec<String> {
+/// Messages built around `source`'s paths, keeping those with 1–10 matches (counted by
+/// `hits`).
+fn messages(source: &Workload, hits: impl Fn(&Message<'_>) -> usize) -> Vec<String> {
     let mut rng = Rng(7);
     let mut out = Vec::new();
     while out.len() < MESSAGES {
-        let source = &largest.patterns[rng.below(largest.patterns.len() as u64) as usize];
+        let source = &source.patterns[rng.below(source.patterns.len() as u64) as usize];
         let text = message(&mut rng, source);
         let scanned = Message::scan(text.as_bytes()).unwrap();
-        let hits = largest.paths.iter().filter(|p| p.matches(&scanned)).count();
+        let hits = hits(&scanned);
         if (1..=10).contains(&hits) {
             out.push(text);
         }
@@ -173,9 +179,16 @@ fn rss_bytes() -> usize {
 
 fn workloads() -> Vec<Workload> {
     let mut all: Vec<Workload> = SIZES.iter().map(|&n| workload(n, 0x5eed ^ n as u64)).collect();
-    let msgs = messages(all.last().unwrap());
+    let largest = all.last().unwrap();
+    let msgs = messages(largest, |m| largest.paths.iter().filter(|p| p.matches(m)).count());
+    let largest_len = largest.paths.len();
     for w in &mut all {
         w.messages = msgs.clone();
+        w.own = if w.paths.len() == largest_len {
+            msgs.clone()
+        } else {
+            messages(w, |m| w.paths.iter().filter(|p| p.matches(m)).count())
+        };
     }
     all
 }
@@ -194,14 +207,18 @@ fn report(all: &[Workload]) {
     );
     for w in all {
         let m = matcher_of(w);
-        let mut hits = 0;
-        for t in &w.messages {
-            m.matches(t.as_bytes(), |_| hits += 1).unwrap();
-        }
+        let count = |texts: &[String]| {
+            let mut hits = 0;
+            for t in texts {
+                m.matches(t.as_bytes(), |_| hits += 1).unwrap();
+            }
+            hits as f64 / texts.len() as f64
+        };
         println!(
-            "  {} paths: {:.2} matches per message",
+            "  {} paths: {:.2} matches per message (own messages: {:.2})",
             w.paths.len(),
-            hits as f64 / w.messages.len() as f64
+            count(&w.messages),
+            count(&w.own)
         );
     }
     // Memory: the matcher's own estimate, and the resident-set growth of building it (paths
@@ -247,6 +264,14 @@ fn bench_match(c: &mut Criterion) {
                 i = (i + 1) % w.messages.len();
                 let mut hits = 0u32;
                 m.matches(black_box(w.messages[i].as_bytes()), |_| hits += 1).unwrap();
+                hits
+            })
+        });
+        group.bench_function(BenchmarkId::new("scan_and_match_own", n), |b| {
+            b.iter(|| {
+                i = (i + 1) % w.own.len();
+                let mut hits = 0u32;
+                m.matches(black_box(w.own[i].as_bytes()), |_| hits += 1).unwrap();
                 hits
             })
         });
@@ -334,9 +359,114 @@ fn bench_churn(c: &mut Criterion) {
     group.finish();
     let rate = (matched.load(Ordering::Relaxed) - before) as f64 / start.elapsed().as_secs_f64();
     println!("reader: {quiet:.0} messages/s alone, {rate:.0} messages/s during churn");
+    concurrent_writers(&m, &matched, &extra);
     stop.store(true, Ordering::Relaxed);
     reader.join().unwrap();
 }
 
+/// Many tasks registering and dropping listeners at once, as the I/O layer does: `WRITERS`
+/// threads, each inserting and removing its own ids for two seconds while the reader goes on.
+/// Printed, not a criterion measurement (criterion times one thread).
+fn concurrent_writers(m: &Arc<Matcher<u64>>, matched: &Arc<AtomicU64>, extra: &[Path]) {
+    const WRITERS: u64 = 8;
+    let (publications, reads) = (m.publications(), matched.load(Ordering::Relaxed));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (m, extra) = (m.clone(), extra.to_vec());
+            std::thread::spawn(move || {
+                let mut changes = 0u64;
+                let mut k = w as usize;
+                while start.elapsed() < Duration::from_secs(2) {
+                    k = (k + WRITERS as usize) % extra.len();
+                    let id = 2_000_000 + k as u64;
+                    m.insert(id, extra[k].clone()).unwrap();
+                    m.remove(id);
+                    changes += 2;
+                }
+                changes
+            })
+        })
+        .collect();
+    let changes: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{WRITERS} concurrent writers: {:.0} changes/s, {:.1} changes per publication; reader {:.0} messages/s meanwhile",
+        changes as f64 / secs,
+        changes as f64 / (m.publications() - publications).max(1) as f64,
+        (matched.load(Ordering::Relaxed) - reads) as f64 / secs
+    );
+}
+
+/// A fixed number of scans or matches for an instruction count (`valgrind --tool=callgrind
+/// --collect-atstart=no --toggle-collect='*profile_loop*'`): `CONTENT_PROFILE=scan`,
+/// `match:N` or `scan_and_match:N` with N paths (100, 10000 or 100000). The workload is the
+/// benchmark's; only the check that messages have 1–10 matches uses the matcher rather than a
+/// linear scan (they agree: the differential tests and the quamina check above).
+fn profile(mode: &str) {
+    let (what, n) = mode.split_once(':').unwrap_or((mode, "100000"));
+    let n: usize = n.parse().expect("a path count");
+    let largest = workload(100_000, 0x5eed ^ 100_000);
+    let big = matcher_of(&largest);
+    let msgs = messages(&largest, |msg| {
+        let mut hits = 0;
+        big.for_each_match(msg, |_| hits += 1);
+        hits
+    });
+    drop(big);
+    let w = Workload { messages: msgs, ..workload(n, 0x5eed ^ n as u64) };
+    let m = matcher_of(&w);
+    let scanned: Vec<Message<'_>> = w.messages.iter().map(|t| Message::scan(t.as_bytes()).unwrap()).collect();
+    // Warm the caches and the index the way a steady stream would, then count.
+    warm_up(what, &m, &w.messages, &scanned);
+    let (count, hits) = profile_loop(what, &m, &w.messages, &scanned, 8);
+    println!("{what} at {n} paths: {count} messages, {hits} matches");
+}
+
+#[inline(never)]
+fn warm_up(what: &str, m: &Matcher<u64>, texts: &[String], scanned: &[Message<'_>]) {
+    black_box(run_loop(what, m, texts, scanned, 1));
+}
+
+#[inline(never)]
+fn profile_loop(
+    what: &str,
+    m: &Matcher<u64>,
+    texts: &[String],
+    scanned: &[Message<'_>],
+    rounds: usize,
+) -> (usize, usize) {
+    run_loop(what, m, texts, scanned, rounds)
+}
+
+#[inline(always)]
+fn run_loop(
+    what: &str,
+    m: &Matcher<u64>,
+    texts: &[String],
+    scanned: &[Message<'_>],
+    rounds: usize,
+) -> (usize, usize) {
+    let mut hits = 0;
+    for _ in 0..rounds {
+        for (text, msg) in texts.iter().zip(scanned) {
+            match what {
+                "scan" => hits += Message::scan(black_box(text.as_bytes())).unwrap().len(),
+                "match" => m.for_each_match(black_box(msg), |_| hits += 1),
+                _ => m.matches(black_box(text.as_bytes()), |_| hits += 1).unwrap(),
+            }
+        }
+    }
+    (rounds * texts.len(), hits)
+}
+
 criterion_group!(benches, bench_match, bench_churn);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(mode) = std::env::var("CONTENT_PROFILE") {
+        profile(&mode);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

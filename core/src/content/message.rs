@@ -16,8 +16,11 @@ use super::hash;
 use super::path::Key;
 use super::scan::{self, ScanError};
 
-/// Objects with more members than this get a hash index; smaller ones are searched linearly.
-const LINEAR_LIMIT: usize = 24;
+/// Objects with up to this many members index them in a 32-slot inline table; larger ones get
+/// a table on the heap.
+const SMALL_LIMIT: usize = 24;
+
+const SMALL_SLOTS: usize = 32;
 
 /// Marks a span that lives in the message's unescape buffer rather than in the input.
 const OWNED: u32 = 1 << 31;
@@ -120,7 +123,10 @@ pub struct Message<'a> {
     unescaped: Vec<u8>,
     shape: Shape,
     members: Vec<Member>,
-    /// Open-addressing index of member positions by key hash (large objects only).
+    /// Open-addressing index of member positions + 1 by key hash, for objects of up to
+    /// [`SMALL_LIMIT`] members (0: empty slot).
+    small: [u8; SMALL_SLOTS],
+    /// The same for larger objects ([`EMPTY_SLOT`]: empty).
     table: Vec<u32>,
 }
 
@@ -132,7 +138,14 @@ impl<'a> Message<'a> {
     }
 
     pub(crate) fn new(input: &'a [u8], shape: Shape) -> Message<'a> {
-        Message { input, unescaped: Vec::new(), shape, members: Vec::with_capacity(16), table: Vec::new() }
+        Message {
+            input,
+            unescaped: Vec::new(),
+            shape,
+            members: Vec::with_capacity(16),
+            small: [0; SMALL_SLOTS],
+            table: Vec::new(),
+        }
     }
 
     /// Whether the message is an object or an array.
@@ -203,31 +216,37 @@ impl<'a> Message<'a> {
         self.members.push(Member { key, value, key_hash: hash::position_hash(position), kind, live: true });
     }
 
-    /// Resolves repeated keys (the last wins) and indexes large objects.
+    /// Resolves repeated keys (the last wins) and indexes the members by key.
     pub(crate) fn finish(&mut self) {
-        if self.shape == Shape::Array || self.members.len() < 2 {
+        if self.shape == Shape::Array || self.members.is_empty() {
             return;
         }
-        if self.members.len() <= LINEAR_LIMIT {
-            self.shadow_repeats_linear();
+        if self.members.len() <= SMALL_LIMIT {
+            self.build_small();
         } else {
             self.build_table();
         }
     }
 
-    fn shadow_repeats_linear(&mut self) {
-        // A 64-bit filter of hash bits seen so far: most members skip the pairwise search.
-        let mut seen = 0u64;
+    /// The small index: slots chosen by the top five bits of the key hash.
+    fn build_small(&mut self) {
         for j in 0..self.members.len() {
-            let bit = 1u64 << (self.members[j].key_hash >> 58);
-            if seen & bit != 0 {
-                for i in 0..j {
-                    if self.members[i].live && self.same_key(i, j) {
-                        self.members[i].live = false;
-                    }
+            let mut slot = (self.members[j].key_hash >> 59) as usize;
+            loop {
+                let held = self.small[slot];
+                if held == 0 {
+                    // At most 24 members: the index fits.
+                    self.small[slot] = j as u8 + 1;
+                    break;
                 }
+                let held = usize::from(held - 1);
+                if self.same_key(held, j) {
+                    self.members[held].live = false;
+                    self.small[slot] = j as u8 + 1;
+                    break;
+                }
+                slot = (slot + 1) % SMALL_SLOTS;
             }
-            seen |= bit;
         }
     }
 
@@ -276,14 +295,22 @@ impl<'a> Message<'a> {
         }
         let h = hash::name_hash(name);
         if self.table.is_empty() {
-            return self.live_members().find(|m| m.key_hash == h && self.bytes(m.key) == name);
+            let mut slot = (h >> 59) as usize;
+            loop {
+                let held = *self.small.get(slot)?;
+                let m = self.members.get(usize::from(held).checked_sub(1)?)?;
+                if m.key_hash == h && short_eq(self.bytes(m.key), name) {
+                    return Some(m);
+                }
+                slot = (slot + 1) % SMALL_SLOTS;
+            }
         }
         let mask = self.table.len() - 1;
         let mut slot = h as usize & mask;
         loop {
             let held = *self.table.get(slot)?;
             let m = self.members.get(held as usize)?;
-            if m.key_hash == h && self.bytes(m.key) == name {
+            if m.key_hash == h && short_eq(self.bytes(m.key), name) {
                 return Some(m);
             }
             slot = (slot + 1) & mask;
@@ -315,6 +342,24 @@ impl<'a> Message<'a> {
             Kind::Object => Value::Object,
             Kind::Array => Value::Array,
         }
+    }
+}
+
+/// Byte equality, without a call for the short strings keys and values usually are.
+#[inline(always)]
+pub(crate) fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+    match len {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[len / 2] == b[len / 2] && a[len - 1] == b[len - 1],
+        4..=7 => half(a, 0) == half(b, 0) && half(a, len - 4) == half(b, len - 4),
+        8..=16 => word(a, 0) == word(b, 0) && word(a, len - 8) == word(b, len - 8),
+        _ => a == b,
     }
 }
 

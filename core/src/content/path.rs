@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use super::hash;
-use super::message::{MemberKey, Message};
+use super::message::{Message, short_eq};
 use super::percent::percent_decode;
 
 /// The longest path text accepted, in bytes (after percent-decoding).
@@ -151,15 +151,26 @@ impl Segment<'_> {
             Key::Position(p) => hash::position_hash(p),
         }
     }
+}
 
-    /// Whether a scanned member with this key is the one this segment addresses.
-    pub(crate) fn addresses(&self, key: MemberKey<'_>) -> bool {
-        match (self.key, key) {
-            (Key::Name(a), MemberKey::Name(b)) => a.as_bytes() == b,
-            (Key::Position(a), MemberKey::Position(b)) => a == b,
-            _ => false,
+/// The position of the first `c` in `b` (or its length), eight bytes at a time.
+#[inline(always)]
+fn find_byte(b: &[u8], c: u8) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let pattern = ONES * u64::from(c);
+    let mut i = 0;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])) ^ pattern;
+        let zero = w.wrapping_sub(ONES) & !w & (ONES << 7);
+        if zero != 0 {
+            return i + (zero.trailing_zeros() / 8) as usize;
         }
+        i += 8;
     }
+    while b.get(i).is_some_and(|&x| x != c) {
+        i += 1;
+    }
+    i
 }
 
 /// Whether a key is an array position: `0`, or digits without a leading zero.
@@ -259,31 +270,57 @@ impl Path {
 
     /// The canonical segments in order.
     pub fn segments(&self) -> impl Iterator<Item = Segment<'_>> + '_ {
-        self.text[1..].split('/').filter(|p| !p.is_empty()).map(|piece| {
-            let (key_text, value) = piece.split_once('=').unwrap_or((piece, "*"));
+        self.pieces().map(|(key_text, value)| {
             let constraint = if value == "*" { Constraint::Present } else { Constraint::Equals(value) };
             Segment { key_text, key: key_of(key_text), constraint }
         })
     }
 
-    /// The `n`-th canonical segment.
-    pub(crate) fn segment(&self, n: usize) -> Option<Segment<'_>> {
-        self.segments().nth(n)
+    /// The canonical segments as `(key, value)` texts (`*` for presence). Canonical text is
+    /// `/key=value` repeated: no empty piece and one `=` per segment (keys hold no `=`, values
+    /// no `/`), so two byte searches split each one; this is the hot path of matching.
+    #[inline(always)]
+    fn pieces(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        let mut rest = &self.text[1..];
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let eq = find_byte(rest.as_bytes(), b'=');
+            let value_and_rest = rest.get(eq + 1..).unwrap_or_default();
+            let end = find_byte(value_and_rest.as_bytes(), b'/');
+            let piece = (rest.get(..eq).unwrap_or_default(), value_and_rest.get(..end).unwrap_or_default());
+            rest = value_and_rest.get(end + 1..).unwrap_or_default();
+            Some(piece)
+        })
     }
 
     /// Whether `message` satisfies every segment.
     pub fn matches(&self, message: &Message<'_>) -> bool {
-        self.segments().all(|seg| {
-            let member = match seg.key {
-                Key::Name(name) => message.member_by_name(name.as_bytes()),
-                Key::Position(p) => message.member_at(p),
+        // The same split as `pieces`, on bytes (no character-boundary checks).
+        let mut rest = self.text.as_bytes().get(1..).unwrap_or_default();
+        while !rest.is_empty() {
+            let eq = find_byte(rest, b'=');
+            let key = rest.get(..eq).unwrap_or_default();
+            let after = rest.get(eq + 1..).unwrap_or_default();
+            let end = find_byte(after, b'/');
+            let value = after.get(..end).unwrap_or_default();
+            rest = after.get(end + 1..).unwrap_or_default();
+            let member = if is_position(key) {
+                std::str::from_utf8(key).ok().and_then(|k| k.parse().ok()).and_then(|p| message.member_at(p))
+            } else {
+                message.member_by_name(key)
             };
-            match (member, seg.constraint) {
-                (None, _) => false,
-                (Some(_), Constraint::Present) => true,
-                (Some(m), Constraint::Equals(v)) => message.scalar_bytes(m) == Some(v.as_bytes()),
+            let ok = match member {
+                None => false,
+                Some(_) if value == b"*" => true,
+                Some(m) => message.scalar_bytes(m).is_some_and(|text| short_eq(text, value)),
+            };
+            if !ok {
+                return false;
             }
-        })
+        }
+        true
     }
 
     /// Heap bytes of the shared text (an estimate of the allocation, header included).

@@ -1,38 +1,34 @@
-//! One copy of the matcher's index: listeners anchored on one condition each.
+//! One copy of the matcher's index: listeners filed under one anchor segment each.
 //!
-//! Every listener is filed under exactly one of its segments, its *anchor*: preferably a
-//! `key=value` segment (values are selective), otherwise a presence segment, and for `/` the
-//! list of listeners that match everything. A message then only visits the listeners filed
-//! under the `(key, value)` pairs and keys it actually has, and checks each of those against
-//! the message; listeners whose anchor the message lacks cost nothing. The writer picks, among
-//! a path's eligible segments, the one with the fewest listeners filed under it so far, which
-//! keeps lists short when many paths share a common value.
+//! Every listener is filed under exactly one of its segments, its *anchor* (the writer picks
+//! it, see `mod.rs`): a `key=value` segment files it under the pair's hash, a presence segment
+//! under the key's, and `/` on the list of listeners that match everything. A message then
+//! visits only the lists of the pairs and keys it actually has, and checks each listener there
+//! against the message; listeners whose anchor the message lacks cost nothing.
 //!
-//! Anchors are found by 64-bit hash alone (see `hash.rs`): the key table maps a key hash to the
-//! head of its presence list and a count of its value anchors, the pair table maps a
-//! `(key, value)` hash to the head of its list. Two different anchors with one hash would share
-//! a list, which stays correct: every candidate is verified against the message text, and a
-//! listener is emitted only when the member that reached it is the one its anchor names, so no
-//! listener is emitted twice. Lists are doubly linked through the record slots, so adding and
-//! removing a listener is O(1) and an entry costs 16 bytes.
+//! Matching a message runs in three passes so that its cache misses overlap instead of adding
+//! up: first every member's anchors are hashed and tested against the table's filter (which
+//! stays in cache and drops nearly all of them), then the few survivors are looked up in the
+//! table, and only then are the lists walked. A listener's 64-bit signature (one bit per
+//! segment) is tested before its path is read, and its path is checked against the message
+//! text, so a hash collision can only add a candidate. Each list is walked at most once per
+//! message (survivors with equal hashes are looked up once), and each listener is on exactly
+//! one list, so no listener is yielded twice.
+//!
+//! Lists are doubly linked through the record slots: adding and removing a listener is O(1).
 
-use hashbrown::HashTable;
-use smallvec::SmallVec;
-
+use super::table::{Table, anchor_key, presence_key};
 use crate::content::hash;
-use crate::content::message::{Member, Message};
+use crate::content::message::Message;
 use crate::content::path::{Constraint, Path, Segment};
 
 pub(super) const NONE: u32 = u32::MAX;
 
-/// Where a listener is filed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Anchor {
-    /// The path has no segment.
-    Everything,
-    /// Filed under segment `n` of the canonical path.
-    Segment(u8),
-}
+/// How many anchors one message looks up in buffered passes (see [`Index::for_each`]).
+const PASS: usize = 32;
+
+/// The anchor of a listener filed on the everything list.
+pub(super) const EVERYTHING: u64 = 0;
 
 #[derive(Clone, Debug)]
 struct Record<Id> {
@@ -43,132 +39,58 @@ struct Record<Id> {
     /// One bit per segment (see [`bit`]): a candidate whose bits the message lacks is skipped
     /// without reading its path.
     signature: u64,
-    anchor: Anchor,
+    /// The table key of its list, or [`EVERYTHING`].
+    anchor: u64,
 }
 
-/// A bit chosen by the top six bits of a hash.
-fn bit(hash: u64) -> u64 {
-    1 << (hash >> 58)
+/// A bit chosen by six bits of an anchor hash (bits the table and filter do not use first).
+#[inline(always)]
+fn bit(anchor: u64) -> u64 {
+    1 << ((anchor >> 32) & 63)
 }
 
-/// The bits of a path's segments: a key's hash for presence, the pair's hash for a value.
-fn signature(path: &Path) -> u64 {
-    path.segments()
-        .map(|seg| match list_of(&seg) {
-            List::Presence(key) => bit(key),
-            List::Pair { pair, .. } => bit(pair),
-        })
-        .fold(0, |a, b| a | b)
-}
-
-#[derive(Clone, Copy, Debug)]
-struct KeyEntry {
-    hash: u64,
-    /// Head of the list of listeners anchored on this key's presence.
-    presence: u32,
-    presence_len: u32,
-    /// How many listeners are anchored on a value of this key.
-    values: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct PairEntry {
-    hash: u64,
-    head: u32,
-    len: u32,
-}
-
-/// Which list a segment files under.
-enum List {
-    Presence(u64),
-    Pair { key: u64, pair: u64 },
-}
-
-fn list_of(seg: &Segment<'_>) -> List {
+/// The anchor a segment files under.
+pub(super) fn segment_anchor(seg: &Segment<'_>) -> u64 {
     let key = seg.key_hash();
     match seg.constraint {
-        Constraint::Present => List::Presence(key),
-        Constraint::Equals(v) => List::Pair { key, pair: hash::pair_hash(key, v.as_bytes()) },
+        Constraint::Present => presence_key(key),
+        Constraint::Equals(v) => anchor_key(hash::pair_hash(key, v.as_bytes())),
     }
+}
+
+/// The signature of a path: the bits of its segments' anchors.
+pub(super) fn signature(path: &Path) -> u64 {
+    path.segments().map(|seg| bit(segment_anchor(&seg))).fold(0, |a, b| a | b)
 }
 
 /// One copy of the index. The writer keeps two in step (see `mod.rs`).
 #[derive(Clone, Debug)]
 pub(super) struct Index<Id> {
     records: Vec<Option<Record<Id>>>,
-    keys: HashTable<KeyEntry>,
-    pairs: HashTable<PairEntry>,
+    table: Table,
     everything: u32,
 }
 
 impl<Id: Copy> Index<Id> {
     pub(super) fn new() -> Self {
-        Index { records: Vec::new(), keys: HashTable::new(), pairs: HashTable::new(), everything: NONE }
+        Index { records: Vec::new(), table: Table::default(), everything: NONE }
     }
 
-    fn key(&self, hash: u64) -> Option<&KeyEntry> {
-        self.keys.find(hash, |e| e.hash == hash)
+    /// How many listeners are filed under `anchor`.
+    pub(super) fn list_len(&self, anchor: u64) -> u32 {
+        self.table.list_len(anchor)
     }
 
-    fn pair(&self, hash: u64) -> Option<&PairEntry> {
-        self.pairs.find(hash, |e| e.hash == hash)
+    /// The path of the listener in `slot`.
+    pub(super) fn placed(&self, slot: u32) -> Option<&Path> {
+        self.records.get(slot as usize)?.as_ref().map(|r| &r.path)
     }
 
-    /// The anchor the writer should file `path` under: the value segment with the shortest
-    /// list, else the presence segment with the shortest list; between equals, the one whose
-    /// key has fewer listeners filed under it (a key few paths use is usually one few
-    /// messages carry, so it brings fewer candidates).
-    pub(super) fn choose_anchor(&self, path: &Path) -> Anchor {
-        let mut best: Option<((bool, u32, u32), usize)> = None;
-        for (n, seg) in path.segments().enumerate() {
-            let rank = match list_of(&seg) {
-                List::Pair { key, pair } => {
-                    (false, self.pair(pair).map_or(0, |e| e.len), self.key(key).map_or(0, |e| e.values))
-                }
-                List::Presence(key) => {
-                    let len = self.key(key).map_or(0, |e| e.presence_len);
-                    (true, len, len)
-                }
-            };
-            if best.is_none_or(|b| rank < b.0) {
-                best = Some((rank, n));
-            }
-        }
-        match best {
-            // Paths have at most 64 segments.
-            Some((_, n)) => Anchor::Segment(n as u8),
-            None => Anchor::Everything,
-        }
-    }
-
-    /// The path and anchor of the listener in `slot`.
-    pub(super) fn placed(&self, slot: u32) -> Option<(&Path, Anchor)> {
-        self.records.get(slot as usize)?.as_ref().map(|r| (&r.path, r.anchor))
-    }
-
-    pub(super) fn insert(&mut self, slot: u32, id: Id, path: Path, anchor: Anchor) {
-        let head = match anchor {
-            Anchor::Everything => self.everything,
-            Anchor::Segment(n) => match path.segment(n.into()).map(|s| list_of(&s)) {
-                Some(List::Presence(key)) => {
-                    let e = self.key_entry(key);
-                    e.presence_len += 1;
-                    e.presence
-                }
-                Some(List::Pair { key, pair }) => {
-                    self.key_entry(key).values += 1;
-                    let e = match self.pairs.find_mut(pair, |e| e.hash == pair) {
-                        Some(e) => e,
-                        None => self
-                            .pairs
-                            .insert_unique(pair, PairEntry { hash: pair, head: NONE, len: 0 }, |e| e.hash)
-                            .into_mut(),
-                    };
-                    e.len += 1;
-                    e.head
-                }
-                None => NONE,
-            },
+    pub(super) fn insert(&mut self, slot: u32, id: Id, path: Path, anchor: u64, signature: u64) {
+        let head = if anchor == EVERYTHING {
+            std::mem::replace(&mut self.everything, slot)
+        } else {
+            self.table.push(anchor, slot)
         };
         let i = slot as usize;
         if self.records.len() <= i {
@@ -182,45 +104,7 @@ impl<Id: Copy> Index<Id> {
         if let Some(Some(next)) = self.records.get_mut(head as usize) {
             next.prev = slot;
         }
-        let signature = signature(&path);
         self.records[i] = Some(Record { path, id, next: head, prev: NONE, signature, anchor });
-        self.set_head(anchor, slot, i);
-    }
-
-    fn key_entry(&mut self, key: u64) -> &mut KeyEntry {
-        match self.keys.find_entry(key, |e| e.hash == key) {
-            Ok(e) => e.into_mut(),
-            Err(absent) => absent
-                .into_table()
-                .insert_unique(key, KeyEntry { hash: key, presence: NONE, presence_len: 0, values: 0 }, |e| {
-                    e.hash
-                })
-                .into_mut(),
-        }
-    }
-
-    /// Makes `slot` the head of the list `anchor` names (record `i` holds the path).
-    fn set_head(&mut self, anchor: Anchor, head: u32, i: usize) {
-        let Anchor::Segment(n) = anchor else {
-            self.everything = head;
-            return;
-        };
-        let Some(list) = self.records[i].as_ref().and_then(|r| r.path.segment(n.into())).map(|s| list_of(&s))
-        else {
-            return;
-        };
-        match list {
-            List::Presence(key) => {
-                if let Some(e) = self.keys.find_mut(key, |e| e.hash == key) {
-                    e.presence = head;
-                }
-            }
-            List::Pair { pair, .. } => {
-                if let Some(e) = self.pairs.find_mut(pair, |e| e.hash == pair) {
-                    e.head = head;
-                }
-            }
-        }
     }
 
     pub(super) fn remove(&mut self, slot: u32) {
@@ -230,45 +114,24 @@ impl<Id: Copy> Index<Id> {
         if let Some(Some(n)) = self.records.get_mut(next as usize) {
             n.prev = prev;
         }
-        match self.records.get_mut(prev as usize) {
-            Some(Some(p)) => p.next = next,
-            _ => self.set_head(anchor, next, i),
-        }
-        if let Anchor::Segment(n) = anchor {
-            let list = self.records[i].as_ref().and_then(|r| r.path.segment(n.into())).map(|s| list_of(&s));
-            match list {
-                Some(List::Presence(key)) => self.release_key(key, true),
-                Some(List::Pair { key, pair }) => {
-                    if let Ok(e) = self.pairs.find_entry(pair, |e| e.hash == pair) {
-                        if e.get().len <= 1 {
-                            e.remove();
-                        } else {
-                            e.into_mut().len -= 1;
-                        }
-                    }
-                    self.release_key(key, false);
-                }
-                None => {}
+        let was_head = match self.records.get_mut(prev as usize) {
+            Some(Some(p)) => {
+                p.next = next;
+                false
             }
+            _ => true,
+        };
+        if anchor == EVERYTHING {
+            if was_head {
+                self.everything = next;
+            }
+        } else {
+            self.table.pop(anchor, was_head, next);
         }
         self.records[i] = None;
         // Keep the slot vector from holding a long tail of empty slots.
         while matches!(self.records.last(), Some(None)) {
             self.records.pop();
-        }
-    }
-
-    fn release_key(&mut self, key: u64, presence: bool) {
-        if let Ok(mut e) = self.keys.find_entry(key, |e| e.hash == key) {
-            let entry = e.get_mut();
-            if presence {
-                entry.presence_len = entry.presence_len.saturating_sub(1);
-            } else {
-                entry.values = entry.values.saturating_sub(1);
-            }
-            if entry.presence_len == 0 && entry.values == 0 {
-                e.remove();
-            }
         }
     }
 
@@ -279,62 +142,87 @@ impl<Id: Copy> Index<Id> {
             f(r.id, &r.path);
             slot = r.next;
         }
-        if self.keys.is_empty() {
+        if self.table.is_empty() {
             return;
         }
-        // First the message's signature and the members whose key anchors anything, then the
-        // lists: a candidate's signature is checked before its path is read.
+        // Pass 1: the message's signature, and the anchors the filter lets through.
         let mut signature = 0u64;
-        let mut anchored: SmallVec<[(&Member, &KeyEntry, Option<u64>); 32]> = SmallVec::new();
+        let mut maybe = [0u64; PASS];
+        let mut n = 0;
         for member in msg.live_members() {
-            let pair = msg.scalar_bytes(member).map(|text| hash::pair_hash(member.key_hash, text));
-            signature |= bit(member.key_hash) | pair.map_or(0, bit);
-            if let Some(key) = self.key(member.key_hash) {
-                anchored.push((member, key, pair));
+            let presence = presence_key(member.key_hash);
+            signature |= bit(presence);
+            if self.table.may_hold(presence) && n < PASS {
+                maybe[n] = presence;
+                n += 1;
             }
-        }
-        for (member, key, pair) in anchored {
-            if key.presence != NONE {
-                self.walk(key.presence, msg, member, signature, f);
-            }
-            if let (true, Some(pair)) = (key.values != 0, pair) {
-                if let Some(pair) = self.pair(pair) {
-                    self.walk(pair.head, msg, member, signature, f);
+            if let Some(text) = msg.scalar_bytes(member) {
+                let pair = anchor_key(hash::pair_hash(member.key_hash, text));
+                signature |= bit(pair);
+                if self.table.may_hold(pair) && n < PASS {
+                    maybe[n] = pair;
+                    n += 1;
                 }
             }
         }
-    }
-
-    fn walk(
-        &self,
-        head: u32,
-        msg: &Message<'_>,
-        member: &Member,
-        signature: u64,
-        f: &mut impl FnMut(Id, &Path),
-    ) {
-        let key = msg.key_of(member);
-        let mut slot = head;
-        while let Some(Some(r)) = self.records.get(slot as usize) {
-            if r.signature & !signature != 0 {
-                slot = r.next;
+        if n == PASS {
+            // A message with more anchors in the filter than the buffer holds (a large one, or
+            // a filter full of stale bits): one pass over all of them instead.
+            return self.for_each_unbuffered(msg, signature, f);
+        }
+        // Pass 2: the lists' heads, each anchor once.
+        let mut heads = [NONE; PASS];
+        let mut h = 0;
+        for (i, &anchor) in maybe[..n].iter().enumerate() {
+            if maybe[..i].contains(&anchor) {
                 continue;
             }
-            let reached_by_anchor = match r.anchor {
-                Anchor::Segment(n) => r.path.segment(n.into()).is_some_and(|s| s.addresses(key)),
-                Anchor::Everything => false,
-            };
-            if reached_by_anchor && r.path.matches(msg) {
+            if let Some((head, _)) = self.table.get(anchor) {
+                heads[h] = head;
+                h += 1;
+            }
+        }
+        // Pass 3: the candidates.
+        for &head in &heads[..h] {
+            self.walk(head, msg, signature, f);
+        }
+    }
+
+    /// Walks one list, yielding the listeners that match.
+    #[inline(always)]
+    fn walk(&self, head: u32, msg: &Message<'_>, signature: u64, f: &mut impl FnMut(Id, &Path)) {
+        let mut slot = head;
+        while let Some(Some(r)) = self.records.get(slot as usize) {
+            if r.signature & !signature == 0 && r.path.matches(msg) {
                 f(r.id, &r.path);
             }
             slot = r.next;
         }
     }
 
+    /// Matching for a message with many anchors: every distinct anchor the message has is
+    /// looked up (a member's anchors are compared with the earlier members' to skip repeats).
+    #[inline(never)]
+    fn for_each_unbuffered(&self, msg: &Message<'_>, signature: u64, f: &mut impl FnMut(Id, &Path)) {
+        let anchors = |m: &crate::content::message::Member| {
+            let pair = msg.scalar_bytes(m).map(|text| anchor_key(hash::pair_hash(m.key_hash, text)));
+            [Some(presence_key(m.key_hash)), pair]
+        };
+        let mut seen: std::collections::HashSet<u64, foldhash::fast::RandomState> =
+            std::collections::HashSet::with_hasher(hash::build_hasher());
+        for member in msg.live_members() {
+            for anchor in anchors(member).into_iter().flatten() {
+                if self.table.may_hold(anchor) && seen.insert(anchor) {
+                    if let Some((head, _)) = self.table.get(anchor) {
+                        self.walk(head, msg, signature, f);
+                    }
+                }
+            }
+        }
+    }
+
     /// Heap bytes held by this copy (not the shared path texts).
     pub(super) fn heap_bytes(&self) -> usize {
-        self.records.capacity() * std::mem::size_of::<Option<Record<Id>>>()
-            + self.keys.allocation_size()
-            + self.pairs.allocation_size()
+        self.records.capacity() * std::mem::size_of::<Option<Record<Id>>>() + self.table.heap_bytes()
     }
 }

@@ -12,37 +12,40 @@
 //!
 //! The matcher keeps two copies of the index, as in a left-right map. Readers load the live
 //! copy from an [`ArcSwap`] (a few atomic operations, no lock, no contention with the writer)
-//! and match against it. A writer (writers are serialised by a mutex that readers never touch)
-//! applies its change to the spare copy, swaps it live, waits until no reader still holds the
-//! copy it replaced, then applies the same change to that copy, which becomes the new spare.
-//! Every change is O(1) in each copy, so the matcher sustains hundreds of thousands of changes
-//! per second while matching at full rate; no copy of the index is ever cloned.
+//! and match against it. Writers (serialised by a mutex that readers never touch) change the
+//! spare copy and swap it live; the copy it replaces catches up with the same changes at the
+//! next publication (`writer.rs`). Every change is O(1) in each copy and no copy of the index
+//! is ever cloned, so changes do not slow down with size; changes queued by many callers at
+//! once are published together with one swap.
 //!
-//! Both copies share the listeners' [`Path`] texts, so the second copy costs only its tables
-//! (about 70 bytes per listener).
+//! Both copies share the listeners' [`Path`] texts, so the second copy costs only its tables.
 //!
 //! # Why a removed listener receives nothing
 //!
-//! [`Matcher::remove`] returns only after the wait above: by then no match that could still
-//! see the listener is running, and every later match uses a copy without it. The same holds
-//! for [`Matcher::insert`] replacing a listener's path.
+//! [`Matcher::remove`] returns only after its change is live and no reader still holds the
+//! copy it replaced: by then no match that could still see the listener is running, and every
+//! later match uses a copy without it. The same holds for [`Matcher::insert`] replacing a
+//! listener's path. An insert of a new listener does not wait for readers.
 //!
 //! The wait is for matches in progress, which is why callbacks must be short and must not
-//! block. A callback that itself calls `insert` or `remove` does not deadlock: the writer then
-//! clones the index instead of waiting for its own caller (correct, but O(listeners)).
+//! block. A callback that itself calls `insert` or `remove` does not deadlock on its own match:
+//! the writer then clones the index instead of waiting for its caller (correct, but
+//! O(listeners)). It must not do so while another thread is writing to the same matcher: that
+//! writer may be waiting for the callback's match to end.
 
 mod index;
+mod table;
+mod writer;
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 
-use self::index::{Anchor, Index};
-use super::hash;
+use self::index::Index;
+use self::writer::{Op, Outcome, Request, Ticket, Writer};
 use super::message::Message;
 use super::path::Path;
 use super::scan::ScanError;
@@ -78,7 +81,7 @@ impl Drop for MatchScope {
     }
 }
 
-fn inside_match() -> bool {
+pub(super) fn inside_match() -> bool {
     MATCHING.with(|m| m.get() > 0)
 }
 
@@ -88,44 +91,6 @@ pub(crate) fn malloc_size(n: usize) -> usize {
     (n + 8).next_multiple_of(16).max(32)
 }
 
-/// One change, applied to both copies.
-enum Change<Id> {
-    Insert { slot: u32, id: Id, path: Path, anchor: Anchor },
-    Remove { slot: u32 },
-}
-
-impl<Id: Copy> Change<Id> {
-    fn apply(&self, index: &mut Index<Id>) {
-        match self {
-            Change::Insert { slot, id, path, anchor } => index.insert(*slot, *id, path.clone(), *anchor),
-            Change::Remove { slot } => index.remove(*slot),
-        }
-    }
-}
-
-struct Writer<Id> {
-    /// The copy no reader can see; `None` only while a change is being published.
-    spare: Option<Arc<Index<Id>>>,
-    slots: HashMap<Id, u32, foldhash::fast::RandomState>,
-    free: Vec<u32>,
-    next_slot: u32,
-    text_bytes: usize,
-}
-
-impl<Id: Copy> Writer<Id> {
-    fn spare(&self) -> &Index<Id> {
-        // Always present outside `publish`, which holds the writer lock throughout.
-        self.spare.as_deref().unwrap_or_else(|| unreachable!("the spare index is back after every publish"))
-    }
-
-    fn alloc_slot(&mut self) -> u32 {
-        self.free.pop().unwrap_or_else(|| {
-            self.next_slot += 1;
-            self.next_slot - 1
-        })
-    }
-}
-
 /// An index of listener paths, matched against messages by many threads at once.
 ///
 /// `Id` names a listener (a connection id, say). Each id has at most one path; inserting an id
@@ -133,6 +98,8 @@ impl<Id: Copy> Writer<Id> {
 pub struct Matcher<Id> {
     live: ArcSwap<Index<Id>>,
     writer: Mutex<Writer<Id>>,
+    /// Changes waiting for the writer lock (see `writer.rs`).
+    queue: Mutex<Vec<Request<Id>>>,
     len: AtomicUsize,
     max: usize,
     refused: AtomicU64,
@@ -160,13 +127,8 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     pub fn with_max_listeners(max: usize) -> Self {
         Matcher {
             live: ArcSwap::from_pointee(Index::new()),
-            writer: Mutex::new(Writer {
-                spare: Some(Arc::new(Index::new())),
-                slots: HashMap::with_hasher(hash::build_hasher()),
-                free: Vec::new(),
-                next_slot: 0,
-                text_bytes: 0,
-            }),
+            writer: Mutex::new(Writer::new()),
+            queue: Mutex::new(Vec::new()),
             len: AtomicUsize::new(0),
             max: max.min(MAX_LISTENERS),
             refused: AtomicU64::new(0),
@@ -174,83 +136,67 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer<Id>> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.writer)
     }
 
     /// Registers `id` on `path`, replacing and returning its previous path if it had one.
     /// Every match that starts after this returns sees the new path, and none sees the old.
     pub fn insert(&self, id: Id, path: Path) -> Result<Option<Path>, MatcherFull> {
-        let mut w = self.lock();
-        let old_slot = w.slots.get(&id).copied();
-        if old_slot.is_none() && w.slots.len() >= self.max {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(MatcherFull { limit: self.max });
+        match self.submit(Op::Insert(id, path)) {
+            Outcome::Inserted(result) => result,
+            Outcome::Removed(_) => unreachable!("an insert's outcome is an insert's"),
         }
-        let old_path = old_slot.and_then(|s| w.spare().placed(s)).map(|(p, _)| p.clone());
-        let mut changes = Vec::with_capacity(2);
-        if let Some(slot) = old_slot {
-            changes.push(Change::Remove { slot });
-        }
-        // Choose before the old entry leaves: at worst a slightly longer list, never a wrong one.
-        let anchor = w.spare().choose_anchor(&path);
-        let slot = w.alloc_slot();
-        w.text_bytes += path.heap_bytes();
-        if let Some(old) = &old_path {
-            w.text_bytes -= old.heap_bytes();
-        }
-        changes.push(Change::Insert { slot, id, path, anchor });
-        self.publish(&mut w, &changes);
-        if let Some(old) = old_slot {
-            w.free.push(old);
-        }
-        w.slots.insert(id, slot);
-        self.len.store(w.slots.len(), Ordering::Relaxed);
-        Ok(old_path)
     }
 
     /// Unregisters `id`; returns whether it was registered. When this returns, no match in
     /// progress or to come yields `id`.
     pub fn remove(&self, id: Id) -> bool {
-        let mut w = self.lock();
-        let Some(slot) = w.slots.remove(&id) else { return false };
-        if let Some((path, _)) = w.spare().placed(slot) {
-            w.text_bytes -= path.heap_bytes();
+        match self.submit(Op::Remove(id)) {
+            Outcome::Removed(removed) => removed,
+            Outcome::Inserted(_) => unreachable!("a removal's outcome is a removal's"),
         }
-        self.publish(&mut w, &[Change::Remove { slot }]);
-        w.free.push(slot);
-        self.len.store(w.slots.len(), Ordering::Relaxed);
-        true
     }
 
-    /// Applies `changes` to the spare copy, makes it live, waits for the readers of the copy it
-    /// replaced, and brings that copy level.
-    fn publish(&self, w: &mut Writer<Id>, changes: &[Change<Id>]) {
-        let mut fresh = w.spare.take().unwrap_or_else(|| Arc::new(Index::new()));
-        {
-            // Unique (the previous publish waited for its readers), so this does not clone.
-            let index = Arc::make_mut(&mut fresh);
-            for c in changes {
-                c.apply(index);
+    /// Queues `op`, then publishes every queued change unless the writer before has already
+    /// published this one (see `writer.rs`).
+    fn submit(&self, op: Op<Id>) -> Outcome {
+        let ticket: Ticket = Arc::new(Mutex::new(None));
+        let request = Request { op, ticket: ticket.clone() };
+        let mut w;
+        if inside_match() {
+            // Alone: a batch could hold another thread's removal, whose wait for readers
+            // cannot end while this thread's match does not.
+            w = self.lock();
+            self.publish(&mut w, vec![request]);
+        } else {
+            lock(&self.queue).push(request);
+            w = self.lock();
+            if lock(&ticket).is_none() {
+                let batch = std::mem::take(&mut *lock(&self.queue));
+                self.publish(&mut w, batch);
             }
         }
-        let mut stale = self.live.swap(fresh);
-        if !inside_match() {
-            wait_until_unique(&stale);
+        drop(w);
+        take(&ticket).unwrap_or_else(|| unreachable!("the batch that held this change has published it"))
+    }
+
+    fn publish(&self, w: &mut Writer<Id>, batch: Vec<Request<Id>>) {
+        let outcomes = w.run(batch, self.max, |fresh| self.live.swap(fresh));
+        self.len.store(w.slots.len(), Ordering::Relaxed);
+        for (ticket, outcome) in outcomes {
+            if matches!(outcome, Outcome::Inserted(Err(_))) {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            *lock(&ticket) = Some(outcome);
         }
-        // Unique now, except when called from a match callback: then this clones the copy its
-        // caller still reads, and that clone becomes the spare.
-        let index = Arc::make_mut(&mut stale);
-        for c in changes {
-            c.apply(index);
-        }
-        w.spare = Some(stale);
     }
 
     /// The path `id` is registered on.
     pub fn path(&self, id: Id) -> Option<Path> {
         let w = self.lock();
         let slot = *w.slots.get(&id)?;
-        w.spare().placed(slot).map(|(p, _)| p.clone())
+        // The live copy has every published change (the spare may be one batch behind).
+        self.live.load().placed(slot).cloned()
     }
 
     /// Calls `f` with the id of every listener whose path `message` matches, each exactly once,
@@ -285,6 +231,12 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
         self.len() == 0
     }
 
+    /// How many times a batch of changes was made live: lower than the number of changes when
+    /// callers changed the matcher at the same time and shared publications.
+    pub fn publications(&self) -> u64 {
+        self.lock().publications
+    }
+
     /// How many inserts were refused because the matcher was full.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
@@ -294,23 +246,14 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     /// writer's id table (for the `mesgd_router_bytes` metric).
     pub fn memory_bytes(&self) -> usize {
         let w = self.lock();
-        let live = self.live.load().heap_bytes();
-        let slot_entry = std::mem::size_of::<(Id, u32)>() + 1;
-        // std's map exposes its usable capacity: 7/8 of its buckets.
-        let slots = w.slots.capacity() * 8 / 7 * slot_entry;
-        live + w.spare().heap_bytes() + w.text_bytes + slots + w.free.capacity() * 4
+        self.live.load().heap_bytes() + w.heap_bytes()
     }
 }
 
-/// Spins, then yields, until the only reference to `index` is the caller's.
-fn wait_until_unique<T>(index: &Arc<T>) {
-    let mut spins = 0u32;
-    while Arc::strong_count(index) > 1 {
-        if spins < 128 {
-            std::hint::spin_loop();
-            spins += 1;
-        } else {
-            std::thread::yield_now();
-        }
-    }
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn take(ticket: &Ticket) -> Option<Outcome> {
+    lock(ticket).take()
 }

@@ -240,3 +240,149 @@ fn a_removed_listener_receives_nothing_once_remove_returns() {
     assert_eq!(violations.load(Ordering::Relaxed), 0);
     assert!(seen.load(Ordering::Relaxed) > 0, "the reader never saw the listener: the test proved nothing");
 }
+
+proptest! {
+    #![proptest_config(Config { cases: 24, failure_persistence: None, ..Config::default() })]
+
+    /// Through any run of inserts, replacements and removals (lists growing and emptying,
+    /// the anchor table growing, shrinking and rebuilding its filter), the matcher yields
+    /// exactly the live listeners whose paths match.
+    #[test]
+    fn agrees_with_a_linear_scan_through_churn(
+        ops in proptest::collection::vec((0u64..120, proptest::option::weighted(0.6, arb_path())), 1..600),
+        docs in proptest::collection::vec((doc(), any::<u64>()), 8),
+    ) {
+        let m = Matcher::new();
+        let mut live: std::collections::BTreeMap<u64, Path> = std::collections::BTreeMap::new();
+        let texts: Vec<String> = docs.iter().map(|(d, style)| d.write(*style)).collect();
+        for (n, (id, path)) in ops.into_iter().enumerate() {
+            match path {
+                Some(path) => {
+                    prop_assert_eq!(m.insert(id, path.clone()).unwrap(), live.insert(id, path));
+                }
+                None => prop_assert_eq!(m.remove(id), live.remove(&id).is_some()),
+            }
+            prop_assert_eq!(m.len(), live.len());
+            if n % 25 == 0 {
+                for text in &texts {
+                    let msg = scan(text);
+                    let want: Vec<u64> = live.iter().filter(|(_, p)| p.matches(&msg)).map(|(id, _)| *id).collect();
+                    prop_assert_eq!(matched(&m, &msg), want, "on {}", text);
+                }
+            }
+        }
+    }
+}
+
+/// Messages with more anchors than one buffered pass holds (large objects and arrays, the same
+/// key repeated) match exactly what each path's own `matches` says.
+#[test]
+fn large_messages_match_like_small_ones() {
+    let m = Matcher::new();
+    let mut paths = Vec::new();
+    for i in 0..80u64 {
+        paths.push(Path::parse(&format!("/k{i}=v{i}")).unwrap());
+        paths.push(Path::parse(&format!("/k{i}/k{}=v{}", i + 1, i + 1)).unwrap());
+        paths.push(Path::parse(&format!("/{i}=v{i}")).unwrap());
+    }
+    paths.push(p("/k3=other"));
+    for (id, path) in paths.iter().enumerate() {
+        m.insert(id as u64, path.clone()).unwrap();
+    }
+    let object: String =
+        (0..70).map(|i| format!("\"k{i}\":\"v{i}\",")).collect::<String>() + "\"k3\":\"other\"";
+    let array: String = (0..70).map(|i| format!("\"v{i}\"")).collect::<Vec<_>>().join(",");
+    for text in [format!("{{{object}}}"), format!("[{array}]"), format!("{{{object},\"k3\":\"v3\"}}")] {
+        let msg = scan(&text);
+        let want: Vec<u64> =
+            paths.iter().enumerate().filter(|(_, p)| p.matches(&msg)).map(|(id, _)| id as u64).collect();
+        assert!(want.len() > 60, "the test needs many matches: {}", want.len());
+        assert_eq!(matched(&m, &msg), want, "on {text}");
+    }
+}
+
+/// Several writers at once (their changes published in shared batches) each get the right
+/// answers for their own listeners, and a listener removed by any of them never reaches a
+/// concurrent reader once its removal has returned.
+#[test]
+fn concurrent_writers_get_their_own_answers_and_removals_stay_strict() {
+    const WRITERS: u64 = 4;
+    const IDS: u64 = 64;
+    let m = Arc::new(Matcher::new());
+    let removed: Arc<Vec<AtomicBool>> = Arc::new((0..WRITERS * IDS).map(|_| AtomicBool::new(true)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (violations, seen) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let reader = {
+        let (m, removed, stop, violations, seen) =
+            (m.clone(), removed.clone(), stop.clone(), violations.clone(), seen.clone());
+        std::thread::spawn(move || {
+            let msg = Message::scan(br#"{"kind":"chat","room":"lobby"}"#).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                m.for_each_match(&msg, |id| {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                    if removed[id as usize].load(Ordering::SeqCst) {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (m, removed) = (m.clone(), removed.clone());
+            std::thread::spawn(move || {
+                let paths = [p("/kind=chat"), p("/room=lobby/kind=*"), p("/room=hall")];
+                let mut mine: Vec<Option<usize>> = vec![None; IDS as usize];
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ w;
+                for _ in 0..1000 {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let k = (rng % IDS) as usize;
+                    let id = w * IDS + k as u64;
+                    if rng % 3 == 0 {
+                        let was = mine[k].take();
+                        assert_eq!(m.remove(id), was.is_some());
+                        removed[id as usize].store(true, Ordering::SeqCst);
+                    } else {
+                        let n = (rng >> 32) as usize % paths.len();
+                        // The last path does not match the reader's message: once an insert
+                        // that replaces a matching path with it returns, the id must be gone.
+                        if n != 2 {
+                            removed[id as usize].store(false, Ordering::SeqCst);
+                        }
+                        let old = m.insert(id, paths[n].clone()).unwrap();
+                        if n == 2 {
+                            removed[id as usize].store(true, Ordering::SeqCst);
+                        }
+                        assert_eq!(old, mine[k].map(|i| paths[i].clone()));
+                        mine[k] = Some(n);
+                    }
+                    assert_eq!(m.path(id), mine[k].map(|i| paths[i].clone()));
+                }
+                mine.iter().filter(|x| x.is_some()).count()
+            })
+        })
+        .collect();
+    let live: usize = writers.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, Ordering::SeqCst);
+    reader.join().unwrap();
+    assert_eq!(m.len(), live);
+    assert_eq!(violations.load(Ordering::Relaxed), 0);
+    assert!(seen.load(Ordering::Relaxed) > 0, "the reader never saw a listener: the test proved nothing");
+}
+
+/// One caller at a time: each change that changes something is one publication.
+#[test]
+fn each_lone_change_is_one_publication() {
+    let m = Matcher::new();
+    m.insert(1u8, p("/a")).unwrap();
+    m.insert(2, p("/b")).unwrap();
+    m.insert(1, p("/c")).unwrap();
+    assert_eq!(m.publications(), 3);
+    assert!(!m.remove(9));
+    assert_eq!(m.publications(), 3, "a removal that changes nothing publishes nothing");
+    assert!(m.remove(2));
+    assert_eq!(m.publications(), 4);
+}

@@ -293,3 +293,100 @@ proptest! {
         prop_assert!(agree(&bytes).is_ok(), "{:?}: {:?}", bytes, agree(&bytes));
     }
 }
+
+/// One piece of a generated string body, and what the scanner must make of it.
+#[derive(Debug, Clone)]
+enum Piece {
+    /// Plain ASCII text.
+    Plain(String),
+    /// A multi-byte UTF-8 character.
+    Wide(char),
+    /// A valid escape and the text it stands for.
+    Escape(&'static str, &'static str),
+    /// Bytes that make the string invalid at the piece's first byte.
+    Bad(&'static [u8], SyntaxError),
+}
+
+const BAD: &[(&[u8], SyntaxError)] = &[
+    (b"\xff", SyntaxError::InvalidUtf8),
+    (b"\xc3(", SyntaxError::InvalidUtf8),
+    (b"\xed\xa0\x80", SyntaxError::InvalidUtf8),
+    (b"\x01", SyntaxError::ControlCharacter),
+    (b"\x1f", SyntaxError::ControlCharacter),
+    (b"\\x", SyntaxError::InvalidEscape),
+];
+
+fn piece() -> impl Strategy<Value = Piece> {
+    prop_oneof![
+        6 => "[ -!#-\\[\\]-~]{0,40}".prop_map(Piece::Plain),
+        2 => proptest::sample::select(&['é', '€', '😀', '\u{7ff}', '\u{10ffff}'][..]).prop_map(Piece::Wide),
+        2 => proptest::sample::select(&[("\\n", "\n"), ("\\\"", "\""), ("\\u00e9", "é"), ("\\ud83d\\ude00", "😀"), ("\\/", "/")][..])
+            .prop_map(|(e, t)| Piece::Escape(e, t)),
+        1 => proptest::sample::select(BAD).prop_map(|(b, e)| Piece::Bad(b, e)),
+    ]
+}
+
+/// The body's bytes, the text it decodes to, and the first error (offset in the body).
+fn body(pieces: &[Piece]) -> (Vec<u8>, String, Option<(usize, SyntaxError)>) {
+    let (mut bytes, mut text, mut first) = (Vec::new(), String::new(), None);
+    for p in pieces {
+        match p {
+            Piece::Plain(s) => {
+                bytes.extend_from_slice(s.as_bytes());
+                text.push_str(s);
+            }
+            Piece::Wide(c) => {
+                bytes.extend_from_slice(c.to_string().as_bytes());
+                text.push(*c);
+            }
+            Piece::Escape(e, t) => {
+                bytes.extend_from_slice(e.as_bytes());
+                text.push_str(t);
+            }
+            Piece::Bad(b, e) => {
+                first = first.or(Some((bytes.len(), *e)));
+                bytes.extend_from_slice(b);
+            }
+        }
+    }
+    (bytes, text, first)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Strings of every length (short ones are read word by word, long ones with SIMD) as keys,
+    /// top-level values and nested values: the same decoded text, or the same first error at
+    /// the same byte, wherever the string sits.
+    #[test]
+    fn strings_of_any_length_find_their_first_error(pieces in proptest::collection::vec(piece(), 0..12), pad in 0usize..9) {
+        let (bytes, text, first) = body(&pieces);
+        let spaces = " ".repeat(pad);
+        for (before, after, key) in [
+            (format!("{{{spaces}\"k\":\""), "\"}".to_owned(), false),
+            (format!("{spaces}{{\""), "\":1}".to_owned(), true),
+            (format!("[{spaces}{{\"a\":[\""), "\"]}]".to_owned(), false),
+        ] {
+            let mut input = before.clone().into_bytes();
+            input.extend_from_slice(&bytes);
+            input.extend_from_slice(after.as_bytes());
+            match (Message::scan(&input), first) {
+                (Ok(m), None) => {
+                    if key {
+                        if !is_position(text.as_bytes()) {
+                            prop_assert_eq!(m.get(&text), Some(Value::Number("1")));
+                        }
+                    } else if before.starts_with('{') {
+                        prop_assert_eq!(m.get("k"), Some(Value::String(&text)));
+                    } else {
+                        prop_assert_eq!(m.at(0), Some(Value::Object));
+                    }
+                }
+                (Err(ScanError::Syntax { offset, reason }), Some((at, want))) => {
+                    prop_assert_eq!((offset, reason), (before.len() + at, want));
+                }
+                (got, want) => prop_assert!(false, "{:?}: {:?}, expected {:?}", String::from_utf8_lossy(&input), got, want),
+            }
+        }
+    }
+}
