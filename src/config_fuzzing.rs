@@ -54,7 +54,8 @@ mod tests {
 
     #[test]
     fn the_reference_file_is_a_seed_that_loads() {
-        let reference = std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/mesgd.toml")).unwrap();
+        let reference =
+            std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/mesgd.toml")).unwrap();
         super::config_toml(&reference);
     }
 }

@@ -99,7 +99,13 @@ impl LoginGuard {
     /// A guard with these settings; addresses in `exempt` are not tracked (their usernames
     /// are).
     pub fn new(config: FailedLoginConfig, exempt: Exempt) -> Self {
-        LoginGuard { config, records: Mutex::new(HashMap::new()), hasher: Default::default(), exempt, log: LogOnce::new(LOG_INTERVAL) }
+        LoginGuard {
+            config,
+            records: Mutex::new(HashMap::new()),
+            hasher: Default::default(),
+            exempt,
+            log: LogOnce::new(LOG_INTERVAL),
+        }
     }
 
     /// Usernames are tracked by a keyed hash, so the table never holds the names themselves.
@@ -119,7 +125,9 @@ impl LoginGuard {
         let c = &self.config;
         let (free, cap) = match key {
             Key::User(_) => (c.max_failures, c.max_delay_ms),
-            Key::Addr(_) => (c.address_max_failures.max(c.max_failures), c.max_address_delay_ms.min(c.max_delay_ms)),
+            Key::Addr(_) => {
+                (c.address_max_failures.max(c.max_failures), c.max_address_delay_ms.min(c.max_delay_ms))
+            }
         };
         if failures < free {
             return 0;
@@ -213,15 +221,18 @@ mod tests {
     use super::*;
 
     fn guard() -> LoginGuard {
-        LoginGuard::new(FailedLoginConfig {
-            max_failures: 3,
-            window_s: 60,
-            base_delay_ms: 100,
-            max_delay_ms: 1000,
-            max_tracked: 4,
-            address_max_failures: 4,
-            max_address_delay_ms: 300,
-        }, Exempt::default())
+        LoginGuard::new(
+            FailedLoginConfig {
+                max_failures: 3,
+                window_s: 60,
+                base_delay_ms: 100,
+                max_delay_ms: 1000,
+                max_tracked: 4,
+                address_max_failures: 4,
+                max_address_delay_ms: 300,
+            },
+            Exempt::default(),
+        )
     }
 
     #[test]
@@ -269,7 +280,8 @@ mod tests {
 
     #[test]
     fn zero_max_failures_turns_it_off() {
-        let g = LoginGuard::new(FailedLoginConfig { max_failures: 0, ..Default::default() }, Exempt::default());
+        let g =
+            LoginGuard::new(FailedLoginConfig { max_failures: 0, ..Default::default() }, Exempt::default());
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         for _ in 0..100 {
             g.failed(a, None);

@@ -155,7 +155,10 @@ fn acl_case(data: &[u8]) {
             "subscribe {filter} under {rules:?}"
         );
         if acl.allows_every(filter) {
-            assert!(reference_allows_every(&rules, filter, &topics), "{filter} hides a topic under {rules:?}");
+            assert!(
+                reference_allows_every(&rules, filter, &topics),
+                "{filter} hides a topic under {rules:?}"
+            );
         }
     }
 }
@@ -163,8 +166,9 @@ fn acl_case(data: &[u8]) {
 /// One pattern (see [`acl_case`]); `None` at the end of the input or for an invalid filter.
 fn read_pattern(bytes: &mut impl Iterator<Item = u8>) -> Option<TopicFilter> {
     let shape = bytes.next()?;
-    let levels: Vec<&str> =
-        (0..shape % 3).map(|_| bytes.next().map(|b| PATTERN_LEVELS[usize::from(b) % 5])).collect::<Option<_>>()?;
+    let levels: Vec<&str> = (0..shape % 3)
+        .map(|_| bytes.next().map(|b| PATTERN_LEVELS[usize::from(b) % 5]))
+        .collect::<Option<_>>()?;
     let hash = shape & 0b100 != 0;
     let text = match (levels.is_empty(), hash) {
         (true, _) => "#".to_owned(),

@@ -136,7 +136,9 @@ fn signed(text: &str) -> Outcome {
             let other = format!("{user}-other");
             assert!(matches!(decide(&token, Some(&other)), Outcome::Deny(_)), "another username admitted");
         }
-        (Outcome::Deny(denial), Some(_), Some(Err(_))) => assert_eq!(denial.reason, DenyReason::NotAuthorized),
+        (Outcome::Deny(denial), Some(_), Some(Err(_))) => {
+            assert_eq!(denial.reason, DenyReason::NotAuthorized)
+        }
         (Outcome::Deny(denial), None, _) => assert_eq!(denial.reason, DenyReason::BadCredentials),
         (outcome, _, _) => panic!("claims {claims:?} decided {outcome:?}"),
     }
@@ -175,8 +177,11 @@ mod tests {
         assert!(!really_signed(&token.replace("alice", "bob")));
         let (signed, _) = token.rsplit_once('.').unwrap();
         assert!(!really_signed(&format!("{signed}.")));
-        assert!(matches!(signed_outcome(r#"{"sub":"alice","acl":[{"pattern":"a/#","permission":"read"}]}"#), Outcome::Allow(_)));
-        assert!(matches!(signed_outcome(r#"{"sub":"alice","acl":"#"}"#), Outcome::Deny(_)));
+        assert!(matches!(
+            signed_outcome(r#"{"sub":"alice","acl":[{"pattern":"a/#","permission":"read"}]}"#),
+            Outcome::Allow(_)
+        ));
+        assert!(matches!(signed_outcome(r##"{"sub":"alice","acl":"#"}"##), Outcome::Deny(_)));
     }
 
     fn signed_outcome(claims: &str) -> Outcome {

@@ -58,3 +58,17 @@ impl LimitCounters {
         }
     }
 }
+
+impl LimitCounts {
+    /// The counts as `$SYS/broker/limits/<name>` topics (below `$SYS/broker/`) and values.
+    pub fn sys_values(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("limits/max_connections", self.max_connections.to_string()),
+            ("limits/connections_per_ip", self.connections_per_ip.to_string()),
+            ("limits/subscriptions", self.subscriptions.to_string()),
+            ("limits/topic_length", self.topic_length.to_string()),
+            ("limits/handshake_timeouts", self.handshake_timeouts.to_string()),
+            ("limits/logins_throttled", self.logins_throttled.to_string()),
+        ]
+    }
+}

@@ -24,8 +24,8 @@ use tokio::sync::watch;
 pub(crate) use self::slots::{ConnectionSlot, Connections};
 use crate::config::{ListenerConfig, ListenerKind};
 use crate::context::ServerContext;
-use crate::limits::Tripped;
 use crate::http::{self, HttpConnection};
+use crate::limits::Tripped;
 use crate::mqtt;
 use crate::tls::ReloadableAcceptor;
 

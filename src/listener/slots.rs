@@ -1,8 +1,8 @@
 //! Counting open connections, for `limits.max_connections` and for waiting at shutdown.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -36,7 +36,11 @@ impl Connections {
             }
             match self.open.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
-                    return Some(ConnectionSlot { connections: self.clone(), ip: None, opened: crate::clock::now() });
+                    return Some(ConnectionSlot {
+                        connections: self.clone(),
+                        ip: None,
+                        opened: crate::clock::now(),
+                    });
                 }
                 Err(actual) => n = actual,
             }
