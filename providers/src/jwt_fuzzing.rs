@@ -174,8 +174,14 @@ mod tests {
         let token = sign(r#"{"alg":"HS256"}"#, &claims);
         assert!(really_signed(&token));
         assert!(matches!(decide(&token, None), Outcome::Allow(_)));
-        assert!(!really_signed(&token.replace("alice", "bob")));
-        let (signed, _) = token.rsplit_once('.').unwrap();
+        // Bob's claims under Alice's signature.
+        let bob =
+            sign(r#"{"alg":"HS256"}"#, &Map::from_iter([("sub".to_owned(), Value::String("bob".into()))]));
+        let (bob_signed, _) = bob.rsplit_once('.').unwrap();
+        let (signed, alice_signature) = token.rsplit_once('.').unwrap();
+        let forged = format!("{bob_signed}.{alice_signature}");
+        assert!(!really_signed(&forged));
+        assert!(!matches!(decide(&forged, None), Outcome::Allow(_)));
         assert!(!really_signed(&format!("{signed}.")));
         assert!(matches!(
             signed_outcome(r#"{"sub":"alice","acl":[{"pattern":"a/#","permission":"read"}]}"#),
