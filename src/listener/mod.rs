@@ -101,6 +101,12 @@ impl Endpoint {
                         tracing::debug!(listener = %endpoint.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
                         endpoint.serve_stream(stream, peer, Some(info), slot).await;
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        let now = crate::clock::now();
+                        if let Some(more) = endpoint.ctx.limits.trip(Tripped::HandshakeTimeout, now) {
+                            tracing::info!(listener = %endpoint.name, %peer, more_since_last_line = more, "TLS handshake not done within connect_timeout_ms: closing");
+                        }
+                    }
                     Err(e) => {
                         tracing::info!(listener = %endpoint.name, %peer, error = %e, "TLS handshake failed")
                     }
