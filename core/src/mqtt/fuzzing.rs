@@ -13,7 +13,8 @@
 //!
 //! - MQTT 5.0 properties in another order than the encoder's (the specification fixes none);
 //! - MQTT 5.0 acknowledgements, DISCONNECT and AUTH that spell out a Success reason code or an
-//!   empty property block the encoder leaves off;
+//!   empty property block the encoder leaves off, or that leave off after a reason code the
+//!   empty property block the encoder writes;
 //! - the 3.1 leniencies of the module documentation (DUP on QoS 0 PUBLISH and on PUBREL,
 //!   SUBSCRIBE, UNSUBSCRIBE retries; announced but missing credentials; the reserved CONNACK
 //!   byte);
@@ -141,9 +142,28 @@ fn check_canonical(packet: &Packet, version: ProtocolVersion, input: &[u8], enco
         if input.len() > encoded.len() {
             return;
         }
+        // A reason code without the property length after it, which then is 0 (MQTT 5.0
+        // 3.4.2.2.1, 3.14.2.2.1, 3.15.2.2.1): the encoder always writes the length after a
+        // reason code.
+        if omits_empty_properties_after_reason(input, encoded) {
+            return;
+        }
     }
     panic!(
         "{:?} for {version:?} decodes from {input:02X?} but encodes as {encoded:02X?}: an undocumented second spelling",
         packet.packet_type()
     );
+}
+
+/// Whether `encoded` is `input` with a zero property length appended after its reason code
+/// (both with a one-byte remaining length, as these short packets have).
+fn omits_empty_properties_after_reason(input: &[u8], encoded: &[u8]) -> bool {
+    let with_reason = matches!(input.first().map(|b| b >> 4), Some(4..=7 | 14 | 15));
+    with_reason
+        && input.len() >= 3
+        && encoded.len() == input.len() + 1
+        && encoded[0] == input[0]
+        && encoded[1] == input[1] + 1
+        && encoded[2..input.len()] == input[2..]
+        && encoded[input.len()] == 0
 }
