@@ -241,6 +241,17 @@ pub struct Limits {
     pub max_session_expiry: u32,
     /// How long a new connection may take to send CONNECT (and finish TLS), in milliseconds.
     pub connect_timeout_ms: u64,
+    /// Open connections from one source address (one IPv6 /64) at most; further connections
+    /// from it are closed at once. `exempt` networks are not counted.
+    pub max_connections_per_ip: usize,
+    /// Networks exempt from the per-address limits and the per-address login throttle
+    /// (trusted proxies, health checks): CIDRs or bare addresses.
+    pub exempt: crate::limits::Exempt,
+    /// Subscriptions one client (session) may hold at most; a SUBSCRIBE beyond it is refused
+    /// for that filter (MQTT 5 reason code 0x97, 3.x failure 0x80).
+    pub max_subscriptions_per_client: usize,
+    /// The longest topic name or filter accepted, in bytes (a `$share/` filter with its prefix).
+    pub max_topic_length: usize,
 }
 
 impl Default for Limits {
@@ -257,6 +268,10 @@ impl Default for Limits {
             max_keep_alive: u16::MAX,
             max_session_expiry: 7 * 24 * 3600,
             connect_timeout_ms: 10_000,
+            max_connections_per_ip: 1000,
+            exempt: crate::limits::Exempt::default(),
+            max_subscriptions_per_client: 1000,
+            max_topic_length: 4096,
         }
     }
 }
@@ -379,6 +394,15 @@ impl Config {
         if l.max_connections == 0 {
             return Err(invalid("limits.max_connections", "must be at least 1"));
         }
+        if l.max_connections_per_ip == 0 {
+            return Err(invalid("limits.max_connections_per_ip", "must be at least 1"));
+        }
+        if l.max_subscriptions_per_client == 0 {
+            return Err(invalid("limits.max_subscriptions_per_client", "must be at least 1"));
+        }
+        if !(1..=mesgd_core::topic::MAX_TOPIC_LEN).contains(&l.max_topic_length) {
+            return Err(invalid("limits.max_topic_length", "must be between 1 and 65535 bytes"));
+        }
         if self.mqtt.max_qos > 2 {
             return Err(invalid("mqtt.max_qos", "must be 0, 1 or 2"));
         }
@@ -409,6 +433,10 @@ impl Config {
         self.resolve(&self.storage.dir)
     }
 }
+
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "config_fuzzing.rs"]
+pub mod fuzzing;
 
 #[cfg(test)]
 mod tests {

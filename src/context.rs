@@ -13,6 +13,7 @@ use mesgd_core::broker::Broker;
 use mesgd_providers::Services;
 
 use crate::config::Config;
+use crate::limits::LimitState;
 use crate::login_guard::LoginGuard;
 use crate::mqtt;
 use crate::relay;
@@ -23,6 +24,7 @@ pub struct ServerContext {
     pub(crate) broker: Arc<Broker>,
     pub(crate) chain: Chain,
     pub(crate) login_guard: LoginGuard,
+    pub(crate) limits: LimitState,
     pub(crate) services: Services,
     pub(crate) mqtt: mqtt::Settings,
     /// What `/metrics` exposes; front ends register their own metrics here.
@@ -51,7 +53,8 @@ impl ServerContext {
             relay,
             broker,
             chain,
-            login_guard: LoginGuard::new(config.auth.failed_login.clone()),
+            login_guard: LoginGuard::new(config.auth.failed_login.clone(), config.limits.exempt.clone()),
+            limits: LimitState::new(&config.limits),
             services,
             mqtt: mqtt::Settings::from_config(config),
             metrics: crate::metrics::Metrics::new(),
@@ -69,6 +72,11 @@ impl ServerContext {
     /// The relay's shared state and counters.
     pub fn relay(&self) -> &relay::Hub {
         &self.relay
+    }
+
+    /// The limit state: per-address counts and what each limit refused (for metrics).
+    pub fn limits(&self) -> &LimitState {
+        &self.limits
     }
 
     /// The provider chain.

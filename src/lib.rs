@@ -20,6 +20,8 @@
 //! - [`login_guard`]: slowing down repeated authentication failures (and locking out, for
 //!   administrators).
 //! - [`metrics`]: the Prometheus registry `/metrics` serves, and how front ends add to it.
+//! - [`limits`]: per-address connection counts, exempt networks, limit counters and the
+//!   once-per-interval log of a tripped limit, for every front end.
 //! - `clock`: the clock the front ends read (Tokio's, so tests can pause it).
 //! - `linger`: closing a connection so that the peer reads our last packet.
 //! - [`logging`]: `tracing` set-up for the binary.
@@ -29,6 +31,7 @@ pub mod config;
 pub mod content;
 pub mod context;
 mod http;
+pub mod limits;
 mod linger;
 mod listener;
 pub mod logging;

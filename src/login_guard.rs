@@ -1,5 +1,5 @@
-//! Failed-login protection: repeated authentication failures from one address or for one
-//! username slow further attempts down, exponentially, up to a cap.
+//! Failed-login protection: repeated authentication failures for one username or from one
+//! address slow further attempts down, exponentially, up to a cap.
 //!
 //! The delay is applied before the provider chain runs, so a password-guessing client pays it
 //! on every attempt and a reconnect storm of bad credentials cannot keep the providers (or a
@@ -8,6 +8,24 @@
 //!
 //! With a [`Lockout`] (the administrators' login), repeated failures also refuse further attempts
 //! outright for a while: the address, and the username from any address.
+//!
+//! # Two keys, two strengths
+//!
+//! A username's failures (from any address) earn the full delay: after `max_failures` free
+//! ones, `base_delay_ms` doubling up to `max_delay_ms` (10 s by default). That is what stops a
+//! guesser working on one account, from one address or many.
+//!
+//! An address's failures (over all usernames) earn a softer delay: it starts only after
+//! `address_max_failures` (20 by default, four times the username's) and stops at
+//! `max_address_delay_ms` (1 s by default). Many clients share an address behind a NAT or a
+//! proxy; with one delay for both keys, one misconfigured or hostile client there made every
+//! login from the address wait 10 s. Now a well-behaved client behind the same address as a
+//! misbehaving one waits at most `max_address_delay_ms` per login (nothing until the address
+//! has `address_max_failures` failures within `window_s`), and only its own username's
+//! failures can make it wait longer. A guesser that sprays many usernames from one address is
+//! still slowed, by the address delay. Addresses in `limits.exempt` (a trusted proxy that
+//! every client comes through, a health checker) have no address key at all: only usernames
+//! are throttled for them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -16,6 +34,8 @@ use std::time::{Duration, Instant};
 
 use mesgd_core::sync::lock;
 use serde::Deserialize;
+
+use crate::limits::{Exempt, LOG_INTERVAL, LogOnce};
 
 /// `[auth.failed_login]`
 #[derive(Clone, Debug, Deserialize)]
@@ -32,6 +52,13 @@ pub struct FailedLoginConfig {
     pub max_delay_ms: u64,
     /// How many addresses and usernames are tracked at most.
     pub max_tracked: usize,
+    /// Failures from one address (over all usernames) within `window_s` that are free; each
+    /// beyond them doubles the address's delay. Softer than `max_failures`, because many
+    /// clients can share an address.
+    pub address_max_failures: u32,
+    /// The longest delay an address's failures impose, in milliseconds (a username's failures
+    /// can still impose `max_delay_ms`).
+    pub max_address_delay_ms: u64,
 }
 
 impl Default for FailedLoginConfig {
@@ -42,6 +69,8 @@ impl Default for FailedLoginConfig {
             base_delay_ms: 250,
             max_delay_ms: 10_000,
             max_tracked: 100_000,
+            address_max_failures: 20,
+            max_address_delay_ms: 1_000,
         }
     }
 }
@@ -74,21 +103,31 @@ pub struct Lockout {
 #[derive(Debug)]
 pub struct LoginGuard {
     config: FailedLoginConfig,
-    lockout: Option<Lockout>,
     records: Mutex<HashMap<Key, Record>>,
     hasher: std::collections::hash_map::RandomState,
+    exempt: Exempt,
+    /// One line per interval however many keys start being throttled.
+    log: LogOnce,
+    lockout: Option<Lockout>,
 }
 
 impl LoginGuard {
-    /// A guard with these settings.
-    pub fn new(config: FailedLoginConfig) -> Self {
-        LoginGuard::with_lockout(config, None)
+    /// A guard with these settings; addresses in `exempt` are not tracked (their usernames
+    /// are).
+    pub fn new(config: FailedLoginConfig, exempt: Exempt) -> Self {
+        LoginGuard::with_lockout(config, exempt, None)
     }
 
     /// A guard that also locks an address or a username out after `lockout.failures` failures.
-    pub fn with_lockout(config: FailedLoginConfig, lockout: Option<Lockout>) -> Self {
-        let lockout = lockout.filter(|l| l.failures > 0);
-        LoginGuard { config, lockout, records: Mutex::new(HashMap::new()), hasher: Default::default() }
+    pub fn with_lockout(config: FailedLoginConfig, exempt: Exempt, lockout: Option<Lockout>) -> Self {
+        LoginGuard {
+            config,
+            records: Mutex::new(HashMap::new()),
+            hasher: Default::default(),
+            exempt,
+            log: LogOnce::new(LOG_INTERVAL),
+            lockout: lockout.filter(|l| l.failures > 0),
+        }
     }
 
     /// How much longer attempts from `addr` or for `username` are refused, if they are locked out.
@@ -110,7 +149,25 @@ impl LoginGuard {
     }
 
     fn keys(&self, addr: IpAddr, username: Option<&str>) -> impl Iterator<Item = Key> {
-        std::iter::once(Key::Addr(addr)).chain(username.map(|u| self.user_key(u)))
+        let addr = (!self.exempt.contains(addr)).then(|| Key::Addr(addr.to_canonical()));
+        addr.into_iter().chain(username.map(|u| self.user_key(u)))
+    }
+
+    /// The delay `failures` earn on `key`: the full curve for a username, the softer one for
+    /// an address.
+    fn delay_of(&self, key: Key, failures: u32) -> u64 {
+        let c = &self.config;
+        let (free, cap) = match key {
+            Key::User(_) => (c.max_failures, c.max_delay_ms),
+            Key::Addr(_) => {
+                (c.address_max_failures.max(c.max_failures), c.max_address_delay_ms.min(c.max_delay_ms))
+            }
+        };
+        if failures < free {
+            return 0;
+        }
+        let doublings = (failures - free).min(20);
+        c.base_delay_ms.saturating_mul(1 << doublings).min(cap)
     }
 
     fn window(&self) -> Duration {
@@ -124,18 +181,13 @@ impl LoginGuard {
         }
         let now = crate::clock::now();
         let records = lock(&self.records);
-        let failures = self
+        let delay = self
             .keys(addr, username)
-            .filter_map(|k| records.get(&k))
-            .filter(|r| now.duration_since(r.last) < self.window())
-            .map(|r| r.failures)
+            .filter_map(|k| records.get(&k).map(|r| (k, r)))
+            .filter(|(_, r)| now.duration_since(r.last) < self.window())
+            .map(|(k, r)| self.delay_of(k, r.failures))
             .max()
             .unwrap_or(0);
-        if failures < self.config.max_failures {
-            return Duration::ZERO;
-        }
-        let doublings = (failures - self.config.max_failures).min(20);
-        let delay = self.config.base_delay_ms.saturating_mul(1 << doublings).min(self.config.max_delay_ms);
         Duration::from_millis(delay)
     }
 
@@ -156,8 +208,18 @@ impl LoginGuard {
             }
             r.failures = r.failures.saturating_add(1);
             r.last = now;
-            if r.failures == self.config.max_failures {
-                tracing::warn!(%key, "repeated authentication failures: slowing down further attempts");
+            let free = match key {
+                Key::User(_) => self.config.max_failures,
+                Key::Addr(_) => self.config.address_max_failures.max(self.config.max_failures),
+            };
+            if r.failures == free {
+                if let Some(more) = self.log.tripped(now) {
+                    tracing::warn!(
+                        %key,
+                        more_since_last_line = more,
+                        "repeated authentication failures: slowing down further attempts"
+                    );
+                }
             }
             if let Some(lockout) =
                 self.lockout.filter(|l| r.failures >= l.failures && r.locked_until.is_none())
@@ -203,13 +265,18 @@ mod tests {
     use super::*;
 
     fn guard() -> LoginGuard {
-        LoginGuard::new(FailedLoginConfig {
-            max_failures: 3,
-            window_s: 60,
-            base_delay_ms: 100,
-            max_delay_ms: 1000,
-            max_tracked: 4,
-        })
+        LoginGuard::new(
+            FailedLoginConfig {
+                max_failures: 3,
+                window_s: 60,
+                base_delay_ms: 100,
+                max_delay_ms: 1000,
+                max_tracked: 4,
+                address_max_failures: 4,
+                max_address_delay_ms: 300,
+            },
+            Exempt::default(),
+        )
     }
 
     #[test]
@@ -255,11 +322,71 @@ mod tests {
         assert!(g.records.lock().unwrap().len() <= 4);
     }
 
+    #[test]
+    fn zero_max_failures_turns_it_off() {
+        let g =
+            LoginGuard::new(FailedLoginConfig { max_failures: 0, ..Default::default() }, Exempt::default());
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..100 {
+            g.failed(a, None);
+        }
+        assert_eq!(g.delay_for(a, None), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_client_behind_the_same_address_as_a_guesser_waits_at_most_the_address_delay() {
+        let g = LoginGuard::new(FailedLoginConfig::default(), Exempt::default());
+        let nat: IpAddr = "198.51.100.7".parse().unwrap();
+        for _ in 0..40 {
+            g.failed(nat, Some("mallory"));
+        }
+        // The guesser's username is slowed the full 10 s, from anywhere.
+        assert_eq!(g.delay_for(nat, Some("mallory")), Duration::from_secs(10));
+        assert_eq!(g.delay_for("203.0.113.1".parse().unwrap(), Some("mallory")), Duration::from_secs(10));
+        // A neighbour behind the NAT waits the address's capped delay, not 10 s.
+        assert_eq!(g.delay_for(nat, Some("alice")), Duration::from_secs(1));
+        assert_eq!(g.delay_for("203.0.113.1".parse().unwrap(), Some("alice")), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_address_delay_starts_later_than_the_username_delay() {
+        let g = LoginGuard::new(FailedLoginConfig::default(), Exempt::default());
+        let addr: IpAddr = "198.51.100.7".parse().unwrap();
+        // Five users failing once each (a typo each): nobody is slowed.
+        for user in ["a", "b", "c", "d", "e"] {
+            g.failed(addr, Some(user));
+        }
+        assert_eq!(g.delay_for(addr, Some("f")), Duration::ZERO);
+        for i in 0..15 {
+            g.failed(addr, Some(&format!("spray-{i}")));
+        }
+        // Twenty failures from the address: the soft delay begins.
+        assert_eq!(g.delay_for(addr, Some("f")), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn exempt_addresses_are_not_tracked_but_their_usernames_are() {
+        let exempt = Exempt::parse(&["10.0.0.0/8"]).unwrap();
+        let g = LoginGuard::new(FailedLoginConfig::default(), exempt);
+        let proxy: IpAddr = "10.1.2.3".parse().unwrap();
+        for i in 0..100 {
+            g.failed(proxy, Some(&format!("user-{i}")));
+        }
+        assert_eq!(g.delay_for(proxy, Some("alice")), Duration::ZERO);
+        assert_eq!(g.delay_for(proxy, None), Duration::ZERO);
+        for _ in 0..10 {
+            g.failed(proxy, Some("bob"));
+        }
+        assert!(g.delay_for(proxy, Some("bob")) > Duration::ZERO);
+        assert!(g.delay_for("::ffff:10.1.2.3".parse().unwrap(), None).is_zero());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lockout_refuses_the_address_and_the_name_until_it_ends() {
         let config = FailedLoginConfig { max_failures: 1, window_s: 300, ..Default::default() };
         let g = LoginGuard::with_lockout(
             config,
+            Exempt::default(),
             Some(Lockout { failures: 3, duration: Duration::from_secs(600) }),
         );
         let a: IpAddr = "10.0.0.1".parse().unwrap();
@@ -277,15 +404,5 @@ mod tests {
         assert_eq!(g.locked_for(a, Some("root")), None, "the lock ends");
         g.failed(a, Some("root"));
         assert_eq!(g.locked_for(a, Some("root")), None, "and the count starts again");
-    }
-
-    #[test]
-    fn zero_max_failures_turns_it_off() {
-        let g = LoginGuard::new(FailedLoginConfig { max_failures: 0, ..Default::default() });
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        for _ in 0..100 {
-            g.failed(a, None);
-        }
-        assert_eq!(g.delay_for(a, None), Duration::ZERO);
     }
 }

@@ -227,7 +227,7 @@ impl Server {
         tasks.push(tokio::spawn(crate::relay::sweep_loop(ctx.clone(), stopped.clone())));
         if config.mqtt.sys_interval > 0 {
             tasks.push(tokio::spawn(sys_loop(
-                broker.clone(),
+                ctx.clone(),
                 Duration::from_secs(config.mqtt.sys_interval),
                 stopped.clone(),
             )));
@@ -321,7 +321,8 @@ async fn timer_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
 }
 
 /// Publishes the `$SYS/broker/...` statistics as retained messages every `interval`.
-async fn sys_loop(broker: Arc<Broker>, interval: Duration, mut stop: watch::Receiver<bool>) {
+async fn sys_loop(ctx: Arc<ServerContext>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let broker = ctx.broker();
     let started = Instant::now();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -330,7 +331,8 @@ async fn sys_loop(broker: Arc<Broker>, interval: Duration, mut stop: watch::Rece
             _ = stop.changed() => return,
             _ = ticker.tick() => {}
         }
-        for (topic, value) in sys_values(&broker, started) {
+        let limits = ctx.limits().counters.snapshot().sys_values();
+        for (topic, value) in sys_values(broker, started).into_iter().chain(limits) {
             let Ok(topic) = TopicName::try_from(format!("$SYS/broker/{topic}")) else { continue };
             broker.publish(Message::new(topic, Bytes::from(value), QoS::AtMostOnce, true, Origin::BROKER));
         }

@@ -606,6 +606,10 @@ impl fmt::Debug for Acl {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "acl_oracle.rs"]
+pub mod oracle;
+
 #[cfg(test)]
 #[path = "acl_tests.rs"]
 mod tests;

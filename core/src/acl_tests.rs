@@ -340,13 +340,13 @@ fn huge_filters_and_rules_stay_cheap() {
     assert!(acl.allows_subscribe(&filter(&format!("{x_levels}/+/#"))));
 }
 
-// Random ACLs over a tiny alphabet; the brute force enumerates every topic over that
-// alphabet plus a level no rule names ("z"), with '$' and empty levels, deeper than any
-// pattern by two.
-const TOPIC_LEVELS: [&str; 5] = ["a", "b", "$x", "", "z"];
+// Random ACLs over a tiny alphabet; the brute force (`acl_oracle.rs`) enumerates every topic
+// over that alphabet plus a level no rule names ("z"), with '$' and empty levels, deeper than
+// any pattern by two.
+use super::oracle::{PATTERN_LEVELS, all_topics, reference_allows};
 
 fn pattern() -> impl Strategy<Value = String> {
-    let level = prop_oneof![Just("a"), Just("b"), Just("$x"), Just(""), Just("+")];
+    let level = prop::sample::select(&PATTERN_LEVELS[..]);
     (prop::collection::vec(level, 0..3), any::<bool>()).prop_filter_map("valid filter", |(levels, hash)| {
         let text = match (levels.is_empty(), hash) {
             (true, _) => "#".to_string(),
@@ -359,31 +359,6 @@ fn pattern() -> impl Strategy<Value = String> {
 
 fn permission() -> impl Strategy<Value = Permission> {
     prop_oneof![Just(Read), Just(Write), Just(ReadWrite), Just(Deny)]
-}
-
-fn all_topics(max_levels: usize) -> Vec<TopicName> {
-    let mut topics = Vec::new();
-    let mut layer: Vec<String> = TOPIC_LEVELS.iter().map(|l| l.to_string()).collect();
-    for _ in 0..max_levels {
-        topics.extend(layer.iter().filter_map(|t| TopicName::try_from(t.as_str()).ok()));
-        layer = layer.iter().flat_map(|t| TOPIC_LEVELS.iter().map(move |l| format!("{t}/{l}"))).collect();
-    }
-    topics
-}
-
-/// The semantics, read straight off the rule list.
-fn reference_allows(rules: &[Rule], access: Access, topic: &TopicName) -> bool {
-    rules
-        .iter()
-        .find(|rule| {
-            let names_access = match (rule.permission, access) {
-                (Deny | ReadWrite, _) => true,
-                (Read, a) => a == Access::Read,
-                (Write, a) => a == Access::Write,
-            };
-            names_access && filter(&rule.pattern).matches(topic)
-        })
-        .is_some_and(|rule| rule.permission != Deny)
 }
 
 proptest! {

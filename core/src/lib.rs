@@ -53,3 +53,6 @@ pub mod session;
 pub mod sync;
 pub mod topic;
 pub mod trie;
+
+#[cfg(test)]
+mod fuzz_replay;

@@ -391,6 +391,10 @@ impl FromStr for SubscriptionFilter {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "topic_fuzzing.rs"]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests {
     use super::*;

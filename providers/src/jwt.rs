@@ -286,6 +286,10 @@ impl Authenticator for JwtProvider {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "jwt_fuzzing.rs"]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests {
     use base64::Engine as _;

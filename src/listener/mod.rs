@@ -25,6 +25,7 @@ pub(crate) use self::slots::{ConnectionSlot, Connections};
 use crate::config::{ListenerConfig, ListenerKind};
 use crate::context::ServerContext;
 use crate::http::{self, HttpConnection};
+use crate::limits::Tripped;
 use crate::mqtt;
 use crate::relay;
 use crate::tls::ReloadableAcceptor;
@@ -92,7 +93,8 @@ impl Endpoint {
         slot: ConnectionSlot,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         if self.tls.is_none() && self.kind == ListenerKind::Mqtt {
-            let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone());
+            let deadline = slot.deadline(self.ctx.connect_timeout);
+            let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone(), deadline);
             return Either::Left(async move {
                 serve.await;
                 drop(slot);
@@ -106,6 +108,12 @@ impl Endpoint {
                     Ok((stream, info)) => {
                         tracing::debug!(listener = %endpoint.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
                         endpoint.serve_stream(stream, peer, Some(info), slot).await;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        let now = crate::clock::now();
+                        if let Some(more) = endpoint.ctx.limits.trip(Tripped::HandshakeTimeout, now) {
+                            tracing::info!(listener = %endpoint.name, %peer, more_since_last_line = more, "TLS handshake not done within connect_timeout_ms: closing");
+                        }
                     }
                     Err(e) => {
                         tracing::info!(listener = %endpoint.name, %peer, error = %e, "TLS handshake failed")
@@ -132,7 +140,8 @@ impl Endpoint {
                 drop(slot);
             }
             None => {
-                mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone()).await;
+                let deadline = slot.deadline(self.ctx.connect_timeout);
+                mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone(), deadline).await;
                 drop(slot);
             }
         }
@@ -200,12 +209,47 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(slot) = connections.try_open(max_connections) else {
-            tracing::warn!(listener = %name, %peer, max_connections, "connection refused: max_connections reached");
-            continue;
-        };
+        let Some(slot) = admit(&endpoint.ctx, &connections, max_connections, &name, peer) else { continue };
         Stats::add(&endpoint.ctx.broker.stats().connections_total, 1);
         let _ = stream.set_nodelay(true);
         tokio::spawn(endpoint.connection(stream, peer, slot));
+    }
+}
+
+/// A slot for a connection from `peer`, unless `limits.max_connections` or, for an address not
+/// in `limits.exempt`, `limits.max_connections_per_ip` are open. A refusal is counted and logged
+/// once per interval.
+fn admit(
+    ctx: &ServerContext,
+    connections: &Arc<Connections>,
+    max_connections: usize,
+    listener: &str,
+    peer: SocketAddr,
+) -> Option<ConnectionSlot> {
+    let limits = &ctx.limits;
+    let now = crate::clock::now();
+    let Some(slot) = connections.try_open(max_connections) else {
+        if let Some(more) = limits.trip(Tripped::MaxConnections, now) {
+            tracing::warn!(listener, %peer, max_connections, more_since_last_line = more, "connection refused: max_connections reached");
+        }
+        return None;
+    };
+    if limits.exempt.contains(peer.ip()) {
+        return Some(slot);
+    }
+    match limits.per_ip.try_open(peer.ip()) {
+        Some(ip) => Some(slot.with_ip(ip)),
+        None => {
+            if let Some(more) = limits.trip(Tripped::ConnectionsPerIp, now) {
+                tracing::warn!(
+                    listener,
+                    %peer,
+                    max_connections_per_ip = limits.per_ip.max(),
+                    more_since_last_line = more,
+                    "connection refused: max_connections_per_ip reached for the address"
+                );
+            }
+            None
+        }
     }
 }

@@ -2,8 +2,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+
+use crate::limits::IpSlot;
 
 /// The open connections of every listener.
 #[derive(Debug, Default)]
@@ -13,9 +16,15 @@ pub(crate) struct Connections {
 }
 
 /// Held by each connection task (and by a WebSocket that outlives its HTTP exchange); the count
-/// drops with it.
+/// drops with it, and so does its address's count (`limits.max_connections_per_ip`).
 #[derive(Debug)]
-pub(crate) struct ConnectionSlot(Arc<Connections>);
+pub(crate) struct ConnectionSlot {
+    connections: Arc<Connections>,
+    ip: Option<IpSlot>,
+    /// When the connection was accepted: every handshake on it (TLS, HTTP upgrade, the
+    /// protocol's first message) must be done by this plus `limits.connect_timeout_ms`.
+    opened: Instant,
+}
 
 impl Connections {
     /// A slot, unless `max` connections are open.
@@ -26,7 +35,13 @@ impl Connections {
                 return None;
             }
             match self.open.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return Some(ConnectionSlot(self.clone())),
+                Ok(_) => {
+                    return Some(ConnectionSlot {
+                        connections: self.clone(),
+                        ip: None,
+                        opened: crate::clock::now(),
+                    });
+                }
                 Err(actual) => n = actual,
             }
         }
@@ -43,10 +58,23 @@ impl Connections {
     }
 }
 
+impl ConnectionSlot {
+    /// The slot, also holding its address's place.
+    pub(crate) fn with_ip(mut self, ip: IpSlot) -> Self {
+        self.ip = Some(ip);
+        self
+    }
+
+    /// When the handshakes on this connection must be done: `timeout` after it was accepted.
+    pub(crate) fn deadline(&self, timeout: Duration) -> Instant {
+        self.opened + timeout
+    }
+}
+
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.all_closed.notify_waiters();
+        if self.connections.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.connections.all_closed.notify_waiters();
         }
     }
 }

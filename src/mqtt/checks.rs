@@ -42,6 +42,12 @@ pub(crate) fn check(settings: &Settings, m: &Fields<'_>) -> Result<(), Broken> {
         // [MQTT-3.3.2-14]: a response topic is a topic name, without wildcards.
         return broken(ReasonCode::ProtocolError, format!("invalid response topic: {e}"));
     }
+    if m.topic.as_str().len() > settings.max_topic_length {
+        return broken(
+            ReasonCode::TopicNameInvalid,
+            format!("topic name is longer than {} bytes", settings.max_topic_length),
+        );
+    }
     if m.topic.level_count() > settings.max_topic_levels {
         return broken(
             ReasonCode::TopicNameInvalid,

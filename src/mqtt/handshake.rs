@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::checks::{self, Fields};
 use super::connection::{Accepted, Connection};
 use crate::context::ServerContext;
+use crate::limits::Tripped;
 
 /// Why a connection ended before it was attached to a session.
 #[derive(Debug)]
@@ -96,11 +97,12 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     listener: Arc<str>,
     tls: Option<TlsInfo>,
     ctx: Arc<ServerContext>,
+    deadline: std::time::Instant,
 ) -> Result<Box<Connection<S>>, Refused> {
     let settings = &ctx.mqtt;
     let mut inbuf = BytesMut::new();
-    let connect = match tokio::time::timeout(
-        settings.connect_timeout,
+    let connect = match tokio::time::timeout_at(
+        tokio::time::Instant::from_std(deadline),
         read_connect(&mut stream, &mut inbuf, settings.max_packet_size),
     )
     .await
@@ -116,7 +118,12 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
             ));
         }
         Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(Refused::Silent("no CONNECT within connect_timeout_ms")),
+        Err(_) => {
+            if let Some(more) = ctx.limits.trip(Tripped::HandshakeTimeout, crate::clock::now()) {
+                tracing::info!(%peer, more_since_last_line = more, "no CONNECT within connect_timeout_ms: closing");
+            }
+            return Err(Refused::Silent("no CONNECT within connect_timeout_ms"));
+        }
     };
     let version = connect.protocol;
     let v5 = version == ProtocolVersion::V5;
@@ -204,6 +211,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     let tls_common_name = info.tls.as_ref().and_then(|t| t.common_name.as_deref()).map(Arc::from);
     let throttle_delay = ctx.login_guard.delay_for(peer.ip(), info.username.as_deref());
     if !throttle_delay.is_zero() {
+        crate::limits::LimitCounters::add(&ctx.limits.counters.logins_throttled);
         tokio::time::sleep(throttle_delay).await;
     }
     let identity = match ctx.chain.authenticate(&info).await {

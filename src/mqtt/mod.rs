@@ -17,7 +17,6 @@ pub(crate) mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use mesgd_core::auth::TlsInfo;
 use mesgd_core::mqtt::QoS;
@@ -36,7 +35,8 @@ pub(crate) struct Settings {
     pub(crate) max_topic_alias: u16,
     pub(crate) max_keep_alive: u16,
     pub(crate) max_session_expiry: u32,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) max_topic_length: usize,
+    pub(crate) max_subscriptions_per_client: usize,
     pub(crate) retain_available: bool,
     pub(crate) max_qos: QoS,
     pub(crate) wildcard_subscriptions: bool,
@@ -54,7 +54,8 @@ impl Settings {
             max_topic_alias: l.max_topic_alias,
             max_keep_alive: l.max_keep_alive,
             max_session_expiry: l.max_session_expiry,
-            connect_timeout: Duration::from_millis(l.connect_timeout_ms),
+            max_topic_length: l.max_topic_length,
+            max_subscriptions_per_client: l.max_subscriptions_per_client,
             retain_available: c.mqtt.retain_available,
             max_qos: QoS::try_from(c.mqtt.max_qos).unwrap_or(QoS::ExactlyOnce),
             wildcard_subscriptions: c.mqtt.wildcard_subscriptions,
@@ -64,7 +65,9 @@ impl Settings {
     }
 }
 
-/// Serves one MQTT connection on `stream` until it ends.
+/// Serves one MQTT connection on `stream` until it ends. CONNECT must have arrived by
+/// `deadline` (the connection's accept time plus `limits.connect_timeout_ms`, so that a TLS
+/// handshake or an HTTP upgrade before it uses up the same allowance).
 ///
 /// The returned future is what an idle connection costs in memory, so it is built to hold
 /// little: the handshake (large, short-lived) is boxed here, before the future exists, and the
@@ -75,12 +78,13 @@ pub(crate) fn serve<S>(
     listener: Arc<str>,
     tls: Option<TlsInfo>,
     ctx: Arc<ServerContext>,
+    deadline: std::time::Instant,
 ) -> impl std::future::Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let span = tracing::info_span!("mqtt", %peer, listener = %listener, client_id = tracing::field::Empty);
-    let handshake = Box::pin(handshake::handshake(stream, peer, listener, tls, ctx.clone()));
+    let handshake = Box::pin(handshake::handshake(stream, peer, listener, tls, ctx.clone(), deadline));
     async move {
         match handshake.await {
             Ok(connection) => {

@@ -116,7 +116,8 @@ pub(crate) async fn route(
     let limits = ws::Limits { protocol: Some(protocol), max_message: ctx.mqtt.max_packet_size as usize + 16 };
     ws::accept(req, limits, move |socket| async move {
         let HttpConnection { peer, listener, tls, slot } = connection;
-        super::serve(WsByteStream::new(socket), peer, listener, tls, ctx).await;
+        let deadline = slot.deadline(ctx.connect_timeout);
+        super::serve(WsByteStream::new(socket), peer, listener, tls, ctx, deadline).await;
         drop(slot);
     })
 }

@@ -346,6 +346,15 @@ impl Raw {
         Raw { stream, buf: BytesMut::new(), version }
     }
 
+    /// Opens a connection from the loopback address `source` (any of 127.0.0.0/8 on Linux), so
+    /// that a test can be several hosts at once.
+    pub async fn open_from(addr: SocketAddr, source: std::net::IpAddr, version: ProtocolVersion) -> Raw {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(SocketAddr::new(source, 0)).expect("bind the source address");
+        let stream = within("TCP connect", socket.connect(addr)).await.expect("connect");
+        Raw { stream, buf: BytesMut::new(), version }
+    }
+
     /// Opens a connection and completes a clean-session CONNECT, asserting success.
     pub async fn connected(addr: SocketAddr, version: ProtocolVersion, client_id: &str) -> Raw {
         let mut raw = Raw::open(addr, version).await;

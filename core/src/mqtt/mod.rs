@@ -51,6 +51,9 @@ mod properties;
 mod reason;
 mod wire;
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests;
 

@@ -291,6 +291,11 @@ impl Session {
         self.state().subscriptions.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
+    /// Whether the session has a subscription with this text.
+    pub fn has_subscription(&self, text: &str) -> bool {
+        self.state().subscriptions.contains_key(text)
+    }
+
     /// How many subscriptions the session has.
     pub fn subscription_count(&self) -> usize {
         self.state().subscriptions.len()

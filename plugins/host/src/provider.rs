@@ -324,6 +324,10 @@ fn rules_from_answer(rules: &[mesgd_plugin_api::AclRule]) -> Result<Vec<Rule>, S
         .collect()
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "provider_fuzzing.rs"]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,7 @@ use crate::config::HttpConfig;
 use crate::context::ServerContext;
 use crate::http::HttpConnection;
 use crate::login_guard::{FailedLoginConfig, Lockout, LoginGuard};
+use crate::limits::Exempt;
 
 const SESSION_COOKIE: &str = "mesgd_session";
 const LOGIN_COOKIE: &str = "mesgd_login_csrf";
@@ -110,6 +111,9 @@ impl ApiState {
             base_delay_ms: config.login_delay_ms,
             max_delay_ms: config.login_delay_ms.saturating_mul(8),
             max_tracked: 10_000,
+            // Administrators' logins are few: an address earns the same delay as a name.
+            address_max_failures: 1,
+            max_address_delay_ms: config.login_delay_ms.saturating_mul(8),
         };
         let lockout = Lockout {
             failures: config.login_max_failures,
@@ -117,7 +121,9 @@ impl ApiState {
         };
         ApiState {
             sessions: Mutex::new(HashMap::new()),
-            guard: LoginGuard::with_lockout(throttle, Some(lockout)),
+            // `limits.exempt` is for the MQTT side's proxies: no address is exempt from the
+            // administrators' lockout.
+            guard: LoginGuard::with_lockout(throttle, Exempt::default(), Some(lockout)),
             login_key: rand::random(),
             idle: Duration::from_secs(config.session_idle_timeout_s),
             max_sessions: config.max_sessions,

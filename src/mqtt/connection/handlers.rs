@@ -15,6 +15,7 @@ use mesgd_core::topic::{SubscriptionFilter, TopicName};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Connection, End, is_v5};
+use crate::limits::Tripped;
 use crate::mqtt::checks::{self, Fields};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
@@ -148,6 +149,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             response_topic: p.properties.response_topic.as_ref(),
         };
         if let Err(broken) = checks::check(&self.ctx.mqtt, &fields) {
+            if topic.as_str().len() > self.ctx.mqtt.max_topic_length {
+                self.limit_tripped(Tripped::TopicLength, topic.as_str());
+            }
             // A payload that is not the UTF-8 it claims is refused for itself when it can be
             // acknowledged; everything else breaks the protocol.
             if broken.code != ReasonCode::PayloadFormatInvalid || p.qos == QoS::AtMostOnce {
@@ -279,6 +283,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 ReasonCode::WildcardSubscriptionsNotSupported
             } else if filter.filter().level_count() > settings.max_topic_levels {
                 ReasonCode::TopicFilterInvalid
+            } else if text.len() > settings.max_topic_length {
+                self.limit_tripped(Tripped::TopicLength, &text);
+                ReasonCode::TopicFilterInvalid
+            } else if self.session.subscription_count() >= settings.max_subscriptions_per_client
+                && !self.session.has_subscription(&text)
+            {
+                self.limit_tripped(Tripped::Subscriptions, &text);
+                ReasonCode::QuotaExceeded
             } else {
                 let qos = options.qos.min(settings.max_qos);
                 let subscribe_options = SubscribeOptions {
@@ -324,6 +336,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             reason_codes,
             properties: AckProperties::default(),
         }));
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+    /// Counts a refusal by `limit` and logs it, once per interval.
+    fn limit_tripped(&self, limit: Tripped, topic: &str) {
+        if let Some(more) = self.ctx.limits.trip(limit, crate::clock::now()) {
+            let shown: String = topic.chars().take(64).collect();
+            tracing::info!(
+                ?limit,
+                topic = %shown,
+                topic_bytes = topic.len(),
+                more_since_last_line = more,
+                "refused by a limit"
+            );
+        }
     }
 }
 

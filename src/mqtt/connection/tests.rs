@@ -41,7 +41,8 @@ impl Client {
     fn open(ctx: &Arc<ServerContext>, version: ProtocolVersion) -> Client {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let peer = "127.0.0.1:1".parse().unwrap();
-        tokio::spawn(crate::mqtt::serve(server, peer, Arc::from("memory"), None, ctx.clone()));
+        let deadline = crate::clock::now() + ctx.connect_timeout;
+        tokio::spawn(crate::mqtt::serve(server, peer, Arc::from("memory"), None, ctx.clone(), deadline));
         Client { io: client, buf: BytesMut::new(), version }
     }
 

@@ -1,0 +1,74 @@
+//! One counter per limit, for metrics: how often each limit refused something since start.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What each limit refused since the server started. Front ends add to it; the metrics
+/// endpoint reads a [`LimitCounters::snapshot`].
+#[derive(Debug, Default)]
+pub struct LimitCounters {
+    /// Connections closed at accept because `limits.max_connections` were open.
+    pub max_connections: AtomicU64,
+    /// Connections closed at accept because their address had `limits.max_connections_per_ip`
+    /// open.
+    pub connections_per_ip: AtomicU64,
+    /// Subscriptions refused by `limits.max_subscriptions_per_client`.
+    pub subscriptions: AtomicU64,
+    /// Topic names and filters refused by `limits.max_topic_length`.
+    pub topic_length: AtomicU64,
+    /// Connections closed because their handshake took longer than `limits.connect_timeout_ms`.
+    pub handshake_timeouts: AtomicU64,
+    /// Logins delayed by the failed-login throttle.
+    pub logins_throttled: AtomicU64,
+}
+
+/// A plain copy of [`LimitCounters`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitCounts {
+    /// See [`LimitCounters::max_connections`].
+    pub max_connections: u64,
+    /// See [`LimitCounters::connections_per_ip`].
+    pub connections_per_ip: u64,
+    /// See [`LimitCounters::subscriptions`].
+    pub subscriptions: u64,
+    /// See [`LimitCounters::topic_length`].
+    pub topic_length: u64,
+    /// See [`LimitCounters::handshake_timeouts`].
+    pub handshake_timeouts: u64,
+    /// See [`LimitCounters::logins_throttled`].
+    pub logins_throttled: u64,
+}
+
+impl LimitCounters {
+    /// Adds one to `counter`.
+    pub fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> LimitCounts {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LimitCounts {
+            max_connections: read(&self.max_connections),
+            connections_per_ip: read(&self.connections_per_ip),
+            subscriptions: read(&self.subscriptions),
+            topic_length: read(&self.topic_length),
+            handshake_timeouts: read(&self.handshake_timeouts),
+            logins_throttled: read(&self.logins_throttled),
+        }
+    }
+}
+
+impl LimitCounts {
+    /// The counts as `$SYS/broker/limits/<name>` topics (below `$SYS/broker/`) and values.
+    pub fn sys_values(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("limits/max_connections", self.max_connections.to_string()),
+            ("limits/connections_per_ip", self.connections_per_ip.to_string()),
+            ("limits/subscriptions", self.subscriptions.to_string()),
+            ("limits/topic_length", self.topic_length.to_string()),
+            ("limits/handshake_timeouts", self.handshake_timeouts.to_string()),
+            ("limits/logins_throttled", self.logins_throttled.to_string()),
+        ]
+    }
+}

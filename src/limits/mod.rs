@@ -1,0 +1,113 @@
+//! Resource limits a client can trip, shared by every front end: the networks exempt from the
+//! per-address limits, open connections per source address, what was refused (counted for
+//! metrics) and a log line per limit and interval instead of one per event.
+//!
+//! A limit that trips under attack trips thousands of times a second; logging each event would
+//! turn the attack into a disk-filling one. Every front end therefore counts the event in
+//! [`LimitCounters`] and asks [`LogOnce`] whether a line is due, which it is at most once per
+//! [`LOG_INTERVAL`] per limit, with the number of events since the last line.
+//!
+//! # Layout
+//!
+//! - [`exempt`]: [`Exempt`], the `limits.exempt` networks (trusted proxies, health checks).
+//! - [`per_ip`]: [`PerIpConnections`], open connections per source address.
+//! - [`counters`]: [`LimitCounters`], one counter per limit, and its [`LimitCounts`] snapshot.
+//! - [`log_once`]: [`LogOnce`], the once-per-interval log gate.
+
+pub mod counters;
+pub mod exempt;
+pub mod log_once;
+pub mod per_ip;
+
+use std::time::{Duration, Instant};
+
+pub use counters::{LimitCounters, LimitCounts};
+pub use exempt::{Exempt, ExemptError};
+pub use log_once::LogOnce;
+pub use per_ip::{IpSlot, PerIpConnections};
+
+/// How often at most one limit writes a log line while it keeps tripping.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// One log gate per limit, each [`LOG_INTERVAL`] apart.
+#[derive(Debug)]
+pub struct LimitLogs {
+    /// `limits.max_connections`.
+    pub max_connections: LogOnce,
+    /// `limits.max_connections_per_ip`.
+    pub connections_per_ip: LogOnce,
+    /// `limits.max_subscriptions_per_client`.
+    pub subscriptions: LogOnce,
+    /// `limits.max_topic_length`.
+    pub topic_length: LogOnce,
+    /// `limits.connect_timeout_ms`.
+    pub handshake_timeouts: LogOnce,
+}
+
+impl Default for LimitLogs {
+    fn default() -> Self {
+        LimitLogs {
+            max_connections: LogOnce::new(LOG_INTERVAL),
+            connections_per_ip: LogOnce::new(LOG_INTERVAL),
+            subscriptions: LogOnce::new(LOG_INTERVAL),
+            topic_length: LogOnce::new(LOG_INTERVAL),
+            handshake_timeouts: LogOnce::new(LOG_INTERVAL),
+        }
+    }
+}
+
+/// A limit that refused something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tripped {
+    /// `limits.max_connections`.
+    MaxConnections,
+    /// `limits.max_connections_per_ip`.
+    ConnectionsPerIp,
+    /// `limits.max_subscriptions_per_client`.
+    Subscriptions,
+    /// `limits.max_topic_length`.
+    TopicLength,
+    /// `limits.connect_timeout_ms`.
+    HandshakeTimeout,
+}
+
+/// The limit state of a running server: what the front ends consult and update.
+#[derive(Debug)]
+pub struct LimitState {
+    /// The networks exempt from per-address limits and per-address login throttling.
+    pub exempt: Exempt,
+    /// Open connections per source address.
+    pub per_ip: PerIpConnections,
+    /// What each limit refused.
+    pub counters: LimitCounters,
+    /// Each limit's log gate.
+    pub logs: LimitLogs,
+}
+
+impl LimitState {
+    /// The state for a configuration's `[limits]`.
+    pub fn new(limits: &crate::config::Limits) -> Self {
+        LimitState {
+            exempt: limits.exempt.clone(),
+            per_ip: PerIpConnections::new(limits.max_connections_per_ip),
+            counters: LimitCounters::default(),
+            logs: LimitLogs::default(),
+        }
+    }
+
+    /// Counts one refusal by `limit` at `now`. `Some(n)` means the caller should log this one
+    /// (`n` more were refused since the last line of this limit); `None`, that a line was
+    /// written less than [`LOG_INTERVAL`] ago.
+    pub fn trip(&self, limit: Tripped, now: Instant) -> Option<u64> {
+        let (counter, log) = match limit {
+            Tripped::MaxConnections => (&self.counters.max_connections, &self.logs.max_connections),
+            Tripped::ConnectionsPerIp => (&self.counters.connections_per_ip, &self.logs.connections_per_ip),
+            Tripped::Subscriptions => (&self.counters.subscriptions, &self.logs.subscriptions),
+            Tripped::TopicLength => (&self.counters.topic_length, &self.logs.topic_length),
+            Tripped::HandshakeTimeout => (&self.counters.handshake_timeouts, &self.logs.handshake_timeouts),
+        };
+        LimitCounters::add(counter);
+        log.tripped(now)
+    }
+}

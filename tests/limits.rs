@@ -1,0 +1,213 @@
+//! Every client-reachable limit through the real server: the abusive client is stopped, the
+//! refusal is counted, and a healthy client (another address, or the same address where the
+//! limit is per client) still connects and exchanges messages at QoS 1.
+//!
+//! Several hosts are simulated with the loopback network: Linux routes all of 127.0.0.0/8 to
+//! the loopback interface, so a client can bind 127.0.0.2 as its source address.
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::packets::{publish_packet, subscribe_packet};
+use common::{Raw, TestServer, auth, connect_bytes};
+use mesgd::limits::LimitCounts;
+use mesgd_core::mqtt::{Packet, ProtocolVersion, QoS, ReasonCode};
+
+const V3: ProtocolVersion = ProtocolVersion::V311;
+const V5: ProtocolVersion = ProtocolVersion::V5;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an address")
+}
+
+fn counts(server: &TestServer) -> LimitCounts {
+    server.server.as_ref().expect("running").context().limits().counters.snapshot()
+}
+
+/// A healthy client from `source` subscribes at QoS 1, another publishes at QoS 1, and the
+/// message arrives at QoS 1 and is acknowledged end to end.
+async fn healthy_exchange(server: &TestServer, source: &str, tag: &str) {
+    let topic = format!("healthy/{tag}");
+    let mut sub = Raw::open_from(server.addr, ip(source), V5).await;
+    sub.send(&connect_bytes(5, &format!("{tag}-sub"), 0x02)).await;
+    assert!(matches!(sub.recv().await, Some(Packet::ConnAck(c)) if !c.reason_code.is_error()), "{tag}: sub");
+    sub.send(&subscribe_packet(1, &topic, 1, true)).await;
+    match sub.recv().await {
+        Some(Packet::SubAck(s)) => assert_eq!(s.reason_codes, vec![ReasonCode::GrantedQoS1], "{tag}"),
+        other => panic!("{tag}: expected SUBACK, got {other:?}"),
+    }
+    let mut publisher = Raw::open_from(server.addr, ip(source), V3).await;
+    publisher.send(&connect_bytes(4, &format!("{tag}-pub"), 0x02)).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::ConnAck(c)) if !c.reason_code.is_error()));
+    publisher.send(&publish_packet(&topic, 1, Some(7), false, None, b"still fine")).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(a)) if a.packet_id == 7), "{tag}: PUBACK");
+    match sub.recv().await {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(p.qos, QoS::AtLeastOnce, "{tag}");
+            assert_eq!(&p.payload[..], b"still fine", "{tag}");
+        }
+        other => panic!("{tag}: expected the PUBLISH, got {other:?}"),
+    }
+}
+
+/// Whether the server closes `raw` without answering its CONNECT.
+async fn refused_at_once(raw: &mut Raw, client_id: &str) -> bool {
+    // The write may already fail if the server's close arrived first; either way nothing but
+    // the close may come back.
+    let _ = tokio::io::AsyncWriteExt::write_all(&mut raw.stream, &connect_bytes(4, client_id, 0x02)).await;
+    raw.until_closed().await.is_empty()
+}
+
+#[tokio::test]
+async fn connections_per_ip_stop_one_address_and_not_another() {
+    let server = TestServer::start("[limits]\nmax_connections_per_ip = 3\nexempt = [\"127.0.0.3\"]\n").await;
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let mut raw = Raw::open_from(server.addr, ip("127.0.0.2"), V3).await;
+        raw.send(&connect_bytes(4, &format!("flood-{i}"), 0x02)).await;
+        assert!(matches!(raw.recv().await, Some(Packet::ConnAck(_))), "connection {i} is within the limit");
+        held.push(raw);
+    }
+    let mut fourth = Raw::open_from(server.addr, ip("127.0.0.2"), V3).await;
+    assert!(refused_at_once(&mut fourth, "flood-3").await, "the fourth connection is closed unanswered");
+    assert_eq!(counts(&server).connections_per_ip, 1);
+
+    // Other addresses are untouched, and an exempt address is not counted at all.
+    healthy_exchange(&server, "127.0.0.1", "other-address").await;
+    let mut exempt = Vec::new();
+    for i in 0..5 {
+        exempt.push(Raw::connected_from(&server, ip("127.0.0.3"), &format!("proxy-{i}")).await);
+    }
+    assert_eq!(counts(&server).connections_per_ip, 1);
+
+    // Closing a connection gives its address the place back.
+    drop(held.pop());
+    let limits = server.server.as_ref().expect("running").context().limits();
+    common::within("the closed connection to be uncounted", async {
+        while limits.per_ip.open_from(ip("127.0.0.2")) > 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    Raw::connected_from(&server, ip("127.0.0.2"), "flood-again").await;
+}
+
+#[tokio::test]
+async fn subscriptions_per_client_are_capped_for_that_client_only() {
+    let server = TestServer::start("[limits]\nmax_subscriptions_per_client = 3\n").await;
+    for (version, level, over) in [(V5, 5, ReasonCode::QuotaExceeded), (V3, 4, ReasonCode::UnspecifiedError)]
+    {
+        let mut greedy = Raw::open(server.addr, version).await;
+        greedy.send(&connect_bytes(level, &format!("greedy-{level}"), 0x02)).await;
+        assert!(matches!(greedy.recv().await, Some(Packet::ConnAck(_))));
+        for (id, filter) in [(1, "a/1"), (2, "a/2"), (3, "a/3"), (4, "a/4"), (5, "a/2")] {
+            greedy.send(&subscribe_packet(id, filter, 1, version == V5)).await;
+            let Some(Packet::SubAck(ack)) = greedy.recv().await else { panic!("no SUBACK for {filter}") };
+            let expected = if id == 4 { over } else { ReasonCode::GrantedQoS1 };
+            // The fifth re-subscribes an existing filter: a replacement, not a new subscription.
+            assert_eq!(ack.reason_codes, vec![expected], "v{level} {filter} (#{id})");
+        }
+    }
+    assert_eq!(counts(&server).subscriptions, 2);
+    healthy_exchange(&server, "127.0.0.1", "subscriptions").await;
+}
+
+#[tokio::test]
+async fn topics_longer_than_the_limit_are_refused_and_counted() {
+    let server = TestServer::start("[limits]\nmax_topic_length = 32\n").await;
+    let long = "x/".repeat(20);
+    let mut client = Raw::connected(server.addr, V5, "long-topics").await;
+    client.send(&subscribe_packet(1, &long, 1, true)).await;
+    let Some(Packet::SubAck(ack)) = client.recv().await else { panic!("no SUBACK") };
+    assert_eq!(ack.reason_codes, vec![ReasonCode::TopicFilterInvalid]);
+    client.send(&subscribe_packet(2, "x/fits", 1, true)).await;
+    let Some(Packet::SubAck(ack)) = client.recv().await else { panic!("no SUBACK") };
+    assert_eq!(ack.reason_codes, vec![ReasonCode::GrantedQoS1], "a filter within the limit");
+
+    client.send(&publish_packet(&long, 1, Some(3), false, Some(&[]), b"too long")).await;
+    assert_eq!(auth::disconnect_reason(&mut client).await, Some(ReasonCode::TopicNameInvalid));
+    assert_eq!(counts(&server).topic_length, 2);
+    healthy_exchange(&server, "127.0.0.1", "topics").await;
+}
+
+#[tokio::test]
+async fn a_slowloris_is_closed_at_the_connect_deadline() {
+    let server = TestServer::start("[limits]\nconnect_timeout_ms = 400\n").await;
+    let connect = connect_bytes(4, "drip", 0x02);
+    // The first connection sends half a CONNECT and stops; the second drips one byte every 50
+    // ms, which would finish the CONNECT well after the deadline: the deadline is counted from
+    // the accept, not from the last byte.
+    let mut stalled = Raw::open_from(server.addr, ip("127.0.0.2"), V3).await;
+    stalled.send(&connect[..connect.len() / 2]).await;
+    let mut drip = Raw::open_from(server.addr, ip("127.0.0.2"), V3).await;
+    assert!(
+        Duration::from_millis(50) * connect.len() as u32 > Duration::from_millis(800),
+        "outlasts the deadline"
+    );
+    for byte in &connect {
+        if tokio::io::AsyncWriteExt::write_all(&mut drip.stream, std::slice::from_ref(byte)).await.is_err() {
+            break; // the server has closed it
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(drip.until_closed().await.is_empty(), "no CONNACK for the drip");
+    assert!(stalled.until_closed().await.is_empty(), "no CONNACK for the stalled one");
+    assert_eq!(counts(&server).handshake_timeouts, 2);
+    healthy_exchange(&server, "127.0.0.1", "slowloris").await;
+}
+
+#[tokio::test]
+async fn a_guesser_behind_a_nat_slows_its_neighbours_only_by_the_address_delay() {
+    let config = format!(
+        "[auth]\nallow_anonymous = false\n[auth.failed_login]\nmax_failures = 2\nbase_delay_ms = 400\n\
+         max_delay_ms = 5000\naddress_max_failures = 3\nmax_address_delay_ms = 100\n[mqtt]\nsys_interval = 0\n{}",
+        auth::jwt_provider("")
+    );
+    let server = TestServer::start_with(&config).await;
+    let nat = ip("127.0.0.2");
+    let login = |source: IpAddr, user: &'static str, password: Vec<u8>| {
+        let addr = server.addr;
+        async move {
+            let mut raw = Raw::open_from(addr, source, V5).await;
+            let started = Instant::now();
+            raw.send(&auth::login_bytes(5, user, Some(user), Some(&password))).await;
+            match raw.recv().await {
+                Some(Packet::ConnAck(c)) => (c.reason_code, started.elapsed()),
+                other => panic!("expected CONNACK, got {other:?}"),
+            }
+        }
+    };
+    for _ in 0..4 {
+        let (code, _) = login(nat, "mallory", b"not a token".to_vec()).await;
+        assert_eq!(code, ReasonCode::BadUserNameOrPassword);
+    }
+    // Attempts 3 and 4 were slowed (400 ms, 800 ms); the next of mallory's waits 1.6 s.
+    assert_eq!(counts(&server).logins_throttled, 2);
+    let alice_token = auth::token("alice", None).into_bytes();
+    let (code, waited) = login(nat, "alice", alice_token.clone()).await;
+    assert_eq!(code, ReasonCode::Success, "alice behind the same address logs in");
+    assert!(waited >= Duration::from_millis(100), "the address's delay applies: {waited:?}");
+    assert!(waited < Duration::from_millis(1600), "but not mallory's: {waited:?}");
+    assert_eq!(counts(&server).logins_throttled, 3);
+    let (code, waited) = login(ip("127.0.0.1"), "mallory", b"still not a token".to_vec()).await;
+    assert_eq!(code, ReasonCode::BadUserNameOrPassword);
+    assert!(waited >= Duration::from_millis(1600), "mallory is slowed from anywhere: {waited:?}");
+    let (code, _) = login(ip("127.0.0.4"), "alice", alice_token).await;
+    assert_eq!(code, ReasonCode::Success);
+    assert_eq!(counts(&server).logins_throttled, 4, "alice from another address was not slowed");
+}
+
+impl Raw {
+    /// Opens a connection from `source` and completes a 3.1.1 CONNECT, asserting success.
+    async fn connected_from(server: &TestServer, source: IpAddr, client_id: &str) -> Raw {
+        let mut raw = Raw::open_from(server.addr, source, V3).await;
+        raw.send(&connect_bytes(4, client_id, 0x02)).await;
+        assert!(
+            matches!(raw.recv().await, Some(Packet::ConnAck(c)) if !c.reason_code.is_error()),
+            "{client_id}"
+        );
+        raw
+    }
+}
