@@ -24,6 +24,8 @@ use crate::config::{Config, ListenerKind};
 use crate::context::ServerContext;
 use crate::listener::{self, Connections, Endpoint};
 use crate::metrics::broker::BrokerCollector;
+use crate::metrics::content::ContentCollector;
+use crate::metrics::relay::RelayCollector;
 use crate::persist::{self, WriterHandle};
 use crate::tls::{ReloadableAcceptor, TlsError};
 
@@ -176,6 +178,8 @@ impl Server {
             journal,
             config.storage_dir(),
         )));
+        ctx.metrics.register_collector(Box::new(ContentCollector::new(Arc::downgrade(&ctx))));
+        ctx.metrics.register_collector(Box::new(RelayCollector::new(Arc::downgrade(&ctx))));
         if let Some(token) = metrics_token(&config)? {
             ctx.metrics.require_token(token);
         }

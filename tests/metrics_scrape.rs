@@ -143,3 +143,58 @@ async fn metrics_parse_and_move_with_traffic() {
     assert!(after.contains_key(&key("mesgd_journal_commit_duration_seconds_count", &[])));
     assert!(after.contains_key(&key("mesgd_journal_unwritten_changes", &[])));
 }
+
+#[tokio::test]
+async fn content_and_relay_traffic_shows_in_their_metrics() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let body = format!(
+        "{BODY}[content]\ndisable_auth = true\n\
+         [[listeners]]\nname = \"relay-tcp\"\nkind = \"relay-tcp\"\nbind = \"127.0.0.1:0\"\n"
+    );
+    let server = TestServer::start(&body).await;
+    let running = server.server.as_ref().unwrap();
+    let http = running.local_addr("http").unwrap();
+    let url = format!("http://{http}/metrics");
+    let client = reqwest::Client::new();
+    let before = scrape(&client, &url).await;
+
+    // Content: a listener on /kind=chat and a sender; one message routed to the listener.
+    let open = |path: &'static str| async move {
+        let stream = tokio::net::TcpStream::connect(http).await.unwrap();
+        tokio_tungstenite::client_async(format!("ws://{http}{path}"), stream).await.unwrap().0
+    };
+    let mut listener = open("/kind=chat").await;
+    let mut sender = open("/kind=other").await;
+    let text = r#"{"kind":"chat","text":"hi"}"#;
+    sender.send(Message::text(text)).await.unwrap();
+    let got = common::within("the routed message", listener.next()).await.unwrap().unwrap();
+    assert_eq!(got.into_text().unwrap().as_str(), text);
+
+    // Relay: two registered addresses, one send delivered live.
+    let relay_addr = running.local_addr("relay-tcp").unwrap();
+    let kind = common::relay::Kind::Tcp;
+    let mut alice = common::relay::Client::connect_to(relay_addr, kind, "/").await;
+    let mut bob = common::relay::Client::connect_to(relay_addr, kind, "/").await;
+    alice.register("metrics-alice").await;
+    bob.register("metrics-bob").await;
+    alice.send(serde_json::json!({"t": "send", "to": "metrics-bob", "ct": "hello"})).await;
+    bob.expect("deliver").await;
+
+    let after = scrape(&client, &url).await;
+    let delta = |name: &str| get(&after, name, &[]) - get(&before, name, &[]);
+    assert_eq!(get(&after, "mesgd_content_connections", &[]), 2.0);
+    assert_eq!(delta("mesgd_content_upgrades_total"), 2.0);
+    assert_eq!(delta("mesgd_content_messages_received_total"), 1.0);
+    assert_eq!(delta("mesgd_content_messages_sent_total"), 1.0);
+    assert_eq!(get(&after, "mesgd_relay_connections", &[]), 2.0);
+    assert_eq!(get(&after, "mesgd_relay_addresses", &[]), 2.0);
+    assert_eq!(delta("mesgd_relay_registrations_total"), 2.0);
+    assert_eq!(delta("mesgd_relay_sends_live_total"), 1.0);
+    assert_eq!(
+        get(&after, "mesgd_connections", &[("protocol", "relay"), ("listener", "relay-tcp")]),
+        2.0,
+        "relay clients are connections of the broker like any other"
+    );
+}

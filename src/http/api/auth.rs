@@ -53,8 +53,8 @@ use super::{ApiError, ApiJson, blocking};
 use crate::config::HttpConfig;
 use crate::context::ServerContext;
 use crate::http::HttpConnection;
-use crate::login_guard::{FailedLoginConfig, Lockout, LoginGuard};
 use crate::limits::Exempt;
+use crate::login_guard::{FailedLoginConfig, Lockout, LoginGuard};
 
 const SESSION_COOKIE: &str = "mesgd_session";
 const LOGIN_COOKIE: &str = "mesgd_login_csrf";
