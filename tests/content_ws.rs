@@ -210,10 +210,15 @@ async fn upgrades_at_invalid_or_reserved_paths_and_plain_requests_are_refused() 
     assert!(r.body.contains("a=b=c"), "names the segment: {}", r.body);
     let r = s.connect("/room=lo*bby", Carrier::None).await.err().expect("refused");
     assert_eq!(r.status, 400, "{}", r.body);
-    for reserved in ["/api/x", "/auth", "/metrics", "/account"] {
+    for reserved in ["/api/x", "/auth", "/account", "/console/x"] {
         let r = s.connect(reserved, Carrier::None).await.err().expect("refused");
         assert_eq!(r.status, 404, "{reserved}: {}", r.body);
     }
+    // A reserved path another front end serves answers as that front end: /metrics is the
+    // metrics page, never a content listener.
+    let r = s.connect("/metrics", Carrier::None).await.err().expect("not upgraded");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.starts_with("# HELP mesgd_"), "{}", r.body);
     // A path that only starts like a reserved word is a content path.
     let mut author = s.open("/author=ann").await;
     let mut sender = s.open("/s").await;

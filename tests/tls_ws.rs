@@ -465,5 +465,8 @@ async fn the_http_listener_serves_mqtt_over_websocket_at_slash_mqtt() {
     );
     ws.send(Message::Binary(common::packet(0x30, &[0, 1, b't', b'h', b'i']).into())).await.unwrap();
     assert!(matches!(sub.recv().await, Some(Packet::Publish(p)) if &p.payload[..] == b"hi"));
-    assert!(http_status(addr, "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("404"));
+    // Every unreserved path is a content-routing listener (426 to a plain GET); an unknown
+    // reserved one is nobody's.
+    assert!(http_status(addr, "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("426"));
+    assert!(http_status(addr, "GET /console/x HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("404"));
 }

@@ -45,6 +45,15 @@ pub enum PathError {
         /// The limit.
         limit: usize,
     },
+    /// The path's canonical text (every bare `key` written `key=*`) is longer than
+    /// [`MAX_PATH_LEN`], although the text as written was not.
+    #[error("path is {len} bytes long in canonical form (`key` written `key=*`), over the {limit}-byte limit")]
+    CanonicalTooLong {
+        /// The canonical text's length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The path has more than [`MAX_SEGMENTS`] segments.
     #[error("path has more than {limit} segments")]
     TooManySegments {
@@ -387,6 +396,11 @@ fn normalise(mut drafts: Vec<Draft<'_>>) -> Result<Path, PathError> {
         text.push_str(d.key);
         text.push('=');
         text.push_str(d.value.unwrap_or("*"));
+    }
+    // The canonical text can be longer than what was written (`/a` is `/a=*`); it is what is
+    // stored and parsed again, so it must be within the limit too.
+    if text.len() > MAX_PATH_LEN {
+        return Err(PathError::CanonicalTooLong { len: text.len(), limit: MAX_PATH_LEN });
     }
     Ok(Path { text: Arc::from(text) })
 }

@@ -61,6 +61,11 @@ fn malformed_paths_are_refused_naming_the_segment() {
         assert_eq!(Path::parse(input), Err(expected), "{input}");
     }
     assert!(matches!(Path::parse(&long), Err(PathError::TooLong { len: 5003, limit: 4096 })));
+    // Bare keys grow by `=*` in canonical form: within the limit as written, over it canonically
+    // (found by fuzzing: the canonical text must parse again).
+    let bare: String = (0..64).map(|i| format!("/k{i:02}{}", "x".repeat(59))).collect();
+    assert_eq!(bare.len(), 4032);
+    assert_eq!(Path::parse(&bare), Err(PathError::CanonicalTooLong { len: 4160, limit: 4096 }));
     assert_eq!(Path::parse(&many), Err(PathError::TooManySegments { limit: 64 }));
     // Errors say what was wrong and name the segment.
     let message = Path::parse("/x/a=b=c").unwrap_err().to_string();
