@@ -47,7 +47,9 @@ pub enum PathError {
     },
     /// The path's canonical text (every bare `key` written `key=*`) is longer than
     /// [`MAX_PATH_LEN`], although the text as written was not.
-    #[error("path is {len} bytes long in canonical form (`key` written `key=*`), over the {limit}-byte limit")]
+    #[error(
+        "path is {len} bytes long in canonical form (`key` written `key=*`), over the {limit}-byte limit"
+    )]
     CanonicalTooLong {
         /// The canonical text's length in bytes.
         len: usize,
