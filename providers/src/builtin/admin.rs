@@ -399,7 +399,8 @@ mod tests {
         }
         let file = std::fs::read(super::super::config_db_path(dir.path())).unwrap();
         let wal = std::fs::read(dir.path().join("config.db-wal")).unwrap_or_default();
-        let secret = made.token.rsplit('_').next().unwrap().as_bytes();
+        // The id is hex, the secret base64url (which may itself hold `_`): split after the id.
+        let secret = split_token(&made.token).expect("a token").1.as_bytes();
         for bytes in [&file, &wal] {
             assert!(!bytes.windows(secret.len()).any(|w| w == secret), "the secret is not stored");
         }
