@@ -32,7 +32,7 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, OtherError, PeerMisbehaved};
-use x509_parser::asn1_rs::{Any, FromDer as _, Tag};
+use x509_parser::asn1_rs::{Any, Class, FromDer as _, Tag};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::X509Version;
 
@@ -207,6 +207,9 @@ impl V1Issuers {
         if !rest.is_empty() {
             return Err(CertificateError::BadEncoding.into());
         }
+        if !outer_structure_is_strict(leaf_der) {
+            return Err(CertificateError::BadEncoding.into());
+        }
         if leaf.version() != X509Version::V1 {
             return Err(V1Refusal::Malformed("it is not a version 1 certificate").into());
         }
@@ -355,7 +358,20 @@ pub(crate) fn subject_public_key_info(der: &[u8]) -> Option<Vec<u8>> {
 /// Reads one DER element of `tag` from the front of `input`: its contents and what follows.
 fn element(input: &[u8], tag: Tag) -> Option<(&[u8], &[u8])> {
     let (rest, any) = Any::from_der(input).ok()?;
-    (any.tag() == tag).then_some((any.data, rest))
+    // The class too: a tag number alone lets `[APPLICATION 3]` pass for a BIT STRING.
+    (any.tag() == tag && any.header.class() == Class::Universal).then_some((any.data, rest))
+}
+
+/// Whether the certificate's outer structure is exactly SEQUENCE { tbsCertificate SEQUENCE,
+/// signatureAlgorithm SEQUENCE, signatureValue BIT STRING } with universal tags and nothing
+/// after: the parser tolerates a signature under another tag class, and the signature value
+/// is the one part of a certificate that no signature covers.
+fn outer_structure_is_strict(cert: &[u8]) -> bool {
+    let Some((body, rest)) = element(cert, Tag::Sequence) else { return false };
+    let Some((_, body)) = element(body, Tag::Sequence) else { return false };
+    let Some((_, body)) = element(body, Tag::Sequence) else { return false };
+    let Some((_, after)) = element(body, Tag::BitString) else { return false };
+    rest.is_empty() && after.is_empty()
 }
 
 /// The contents of a SubjectPublicKeyInfo's AlgorithmIdentifier (the form rustls's algorithms
