@@ -81,8 +81,9 @@ impl Endpoint {
     /// The task that serves one accepted socket: the TLS handshake if the listener has TLS, then
     /// the front end of the listener's kind.
     ///
-    /// An idle connection costs what this future holds, so it holds little: the plain MQTT path
-    /// boxes its handshake and its connection state separately (see `mqtt::serve`), and the TLS
+    /// An idle connection costs what this future holds, so it holds little: the plain MQTT and
+    /// relay TCP paths box their handshake and connection state separately (see `mqtt::serve`,
+    /// `relay::tcp::serve`), and the TLS
     /// and HTTP paths live in their own box, allocated only for their connections. `slot` is
     /// held until the connection ends (for a WebSocket, until the connection on it ends, which
     /// outlives the HTTP exchange).
@@ -95,10 +96,19 @@ impl Endpoint {
         if self.tls.is_none() && self.kind == ListenerKind::Mqtt {
             let deadline = slot.deadline(self.ctx.connect_timeout);
             let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone(), deadline);
-            return Either::Left(async move {
+            return Either::Left(Either::Left(async move {
                 serve.await;
                 drop(slot);
-            });
+            }));
+        }
+        if self.tls.is_none() && self.kind == ListenerKind::RelayTcp {
+            // Like plain MQTT: the relay boxes its connection state itself, and the box below
+            // (sized for a TLS handshake and an HTTP exchange) would cost 6 KiB per idle client.
+            let serve = relay::tcp::serve(stream, peer, self.name.clone(), None, self.ctx.clone());
+            return Either::Left(Either::Right(async move {
+                serve.await;
+                drop(slot);
+            }));
         }
         let endpoint = self.clone();
         let boxed: BoxedConnection = Box::pin(async move {
