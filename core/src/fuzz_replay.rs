@@ -35,3 +35,8 @@ fn mqtt_roundtrip_corpus() {
 fn topic_filter_corpus() {
     replay("topic_filter", crate::topic::fuzzing::topic_filter);
 }
+
+#[test]
+fn websocket_frames_corpus() {
+    replay("websocket_frames", crate::websocket::fuzzing::decode_stream);
+}

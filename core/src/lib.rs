@@ -37,6 +37,9 @@
 //!   commits) that the metrics exporter reads.
 //! - [`relay`]: the sans-I/O JSON relay — framing, the message catalogue, address rules and key
 //!   proof, and the relay's own state (offline queues, rooms, pipes, matchmaking, rate limits).
+//! - [`websocket`]: the server side of WebSocket framing (RFC 6455) — a decoder that holds no
+//!   buffer of its own, and the server's frames — for connections that read onto the stack
+//!   while idle.
 
 pub mod acl;
 pub mod auth;
@@ -53,6 +56,7 @@ pub mod session;
 pub mod sync;
 pub mod topic;
 pub mod trie;
+pub mod websocket;
 
 #[cfg(test)]
 mod fuzz_replay;

@@ -12,7 +12,6 @@ use std::future::Future;
 use axum::body::Body;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Request, Response, StatusCode};
-use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -24,7 +23,7 @@ use super::HttpConnection;
 const WS_BUFFER_BYTES: usize = 4096;
 
 /// An accepted WebSocket connection.
-pub(crate) type WebSocket = WebSocketStream<TokioIo<Upgraded>>;
+pub(crate) type WebSocket = WebSocketStream<Upgraded>;
 
 /// What an accepted connection is allowed.
 #[derive(Clone, Copy, Debug)]
@@ -92,10 +91,39 @@ pub(crate) fn refusal(req: &Request<Body>) -> Option<Response<Body>> {
 
 /// Answers a WebSocket upgrade and runs `on_open` on the connection once it is upgraded, or
 /// refuses a request that is not one: 426 without the upgrade headers, 400 for another version
-/// than 13.
+/// than 13. The connection is framed by tungstenite, with small buffers.
 pub(crate) fn accept<F, Fut>(req: Request<Body>, limits: Limits, on_open: F) -> Response<Body>
 where
     F: FnOnce(WebSocket) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    accept_upgraded(req, limits.protocol, move |upgraded| async move {
+        // tungstenite's defaults reserve 128 KiB for reading and 128 KiB for writing per
+        // connection (134 KiB of RSS per idle relay WebSocket, measured); a few KiB each keep
+        // idle connections small, and larger messages still grow the buffers as they come.
+        let config = WebSocketConfig::default()
+            .read_buffer_size(WS_BUFFER_BYTES)
+            .write_buffer_size(WS_BUFFER_BYTES)
+            .max_message_size(Some(limits.max_message))
+            .max_frame_size(Some(limits.max_message));
+        let ws = WebSocketStream::from_raw_socket(upgraded, Role::Server, Some(config)).await;
+        on_open(ws).await;
+    })
+}
+
+/// The upgraded byte stream of an accepted WebSocket, for a front end that frames it itself
+/// (`mesgd_core::websocket`).
+pub(crate) type Upgraded = TokioIo<hyper::upgrade::Upgraded>;
+
+/// Like [`accept`], but `on_open` gets the upgraded byte stream to frame itself, answering
+/// with `protocol` as the subprotocol if one is given.
+pub(crate) fn accept_upgraded<F, Fut>(
+    mut req: Request<Body>,
+    protocol: Option<&'static str>,
+    on_open: F,
+) -> Response<Body>
+where
+    F: FnOnce(Upgraded) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     if let Some(refused) = refusal(&req) {
@@ -106,22 +134,13 @@ where
         return text(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key required\n");
     };
     let accept_key = derive_accept_key(key.as_bytes());
+    // Only the upgrade is kept, not the request: the task lives as long as the connection, and
+    // its future is as large as everything it holds across an await.
+    let upgrade = hyper::upgrade::on(&mut req);
+    drop(req);
     tokio::spawn(async move {
-        match hyper::upgrade::on(req).await {
-            Ok(upgraded) => {
-                // tungstenite's defaults reserve 128 KiB for reading and 128 KiB for writing
-                // per connection (134 KiB of RSS per idle relay WebSocket, measured); a few KiB
-                // each keep idle connections small, and larger messages still grow the
-                // buffers as they come.
-                let config = WebSocketConfig::default()
-                    .read_buffer_size(WS_BUFFER_BYTES)
-                    .write_buffer_size(WS_BUFFER_BYTES)
-                    .max_message_size(Some(limits.max_message))
-                    .max_frame_size(Some(limits.max_message));
-                let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
-                    .await;
-                on_open(ws).await;
-            }
+        match upgrade.await {
+            Ok(upgraded) => on_open(TokioIo::new(upgraded)).await,
             Err(e) => tracing::info!(?peer, error = %e, "WebSocket upgrade failed"),
         }
     });
@@ -130,7 +149,7 @@ where
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Some(protocol) = limits.protocol {
+    if let Some(protocol) = protocol {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
     }
     if let Ok(v) = HeaderValue::from_str(&accept_key) {

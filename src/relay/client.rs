@@ -81,7 +81,7 @@ pub(crate) enum End {
     /// A WebSocket message over the limit.
     WsTooLarge,
     /// A WebSocket protocol violation (invalid UTF-8 in a text frame and the like).
-    WsProtocol(String),
+    WsProtocol(mesgd_core::websocket::WsError),
     /// Far over the rate budget.
     Abuse,
     /// The output passed `max_output_bytes`.

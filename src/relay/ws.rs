@@ -11,24 +11,19 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, Response, header};
-use bytes::{Bytes, BytesMut};
-use futures_util::{Sink, Stream};
+use bytes::{Buf, Bytes, BytesMut};
 use mesgd_core::auth::Secret;
 use mesgd_core::model::Kick;
 use mesgd_core::relay::frame::MAX_WS_FRAME;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::error::Error as WsError;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use mesgd_core::websocket::{self, Decoder, Event, Opcode, WsError};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tracing::Instrument;
 
 use super::client::{Client, End, Origin, Transport};
@@ -38,79 +33,177 @@ use super::stream::{Connection, Wire};
 use crate::context::ServerContext;
 use crate::http::{HttpConnection, ws};
 
-/// Text messages over a WebSocket.
+/// Read step, and the batch of frames encoded before they are written.
+const CHUNK: usize = 4 * 1024;
+
+/// Text messages over a WebSocket, framed by mesgd's own codec so that an idle connection holds
+/// no buffer: it reads onto the stack while nothing is buffered, as [`super::tcp::TcpWire`] does.
 pub(crate) struct WsWire<S> {
-    ws: WebSocketStream<S>,
-    /// A ping to send with the next write.
+    stream: S,
+    /// Received bytes not yet decoded (empty and unallocated while idle).
+    inbuf: BytesMut,
+    decoder: Decoder,
+    /// Encoded frames not yet written (empty and unallocated while idle).
+    wbuf: BytesMut,
+    /// The payload of the latest ping not yet answered (only the latest is answered: RFC 6455
+    /// section 5.5.3 allows it, and it keeps a ping flood from growing anything).
+    pong: Option<Bytes>,
+    /// A keep-alive ping to send with the next write.
     ping: bool,
+    /// The client's close status, echoed in the server's close frame.
+    peer_closed: Option<u16>,
+    /// A close frame has been queued.
+    close_sent: bool,
+}
+
+impl<S> WsWire<S> {
+    pub(crate) fn new(stream: S, max_message: usize) -> Self {
+        WsWire {
+            stream,
+            inbuf: BytesMut::new(),
+            decoder: Decoder::new(max_message),
+            wbuf: BytesMut::new(),
+            pong: None,
+            ping: false,
+            peer_closed: None,
+            close_sent: false,
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsWire<S> {
+    /// Hands every complete buffered message to `client` until it is busy; returns whether any
+    /// event arrived (a ping or a pong proves the peer alive too).
+    fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<bool, End> {
+        let mut handled = false;
+        while !client.is_busy() {
+            let event = match self.decoder.decode(&mut self.inbuf) {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(e @ WsError::MessageTooLarge { .. }) => {
+                    RelayStats::add(&client.ctx.relay.stats().oversize_ws, 1);
+                    tracing::debug!(error = %e, "WebSocket message over the limit");
+                    return Err(End::WsTooLarge);
+                }
+                Err(e) => return Err(End::WsProtocol(e)),
+            };
+            handled = true;
+            match event {
+                // A binary message is read like a text one (the body must be a JSON object).
+                Event::Text(body) | Event::Binary(body) => client.handle_frame(&body, now)?,
+                Event::Ping(payload) => self.pong = Some(payload),
+                Event::Pong(_) => {}
+                Event::Close(frame) => {
+                    self.peer_closed = Some(frame.map_or(1000, |f| f.code));
+                    return Err(End::Closed);
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    /// Encodes pending control frames and then outbox frames into `wbuf`, up to [`CHUNK`]
+    /// bytes; returns the outbox body bytes taken.
+    fn encode_batch(&mut self, out: &mut BytesMut) -> usize {
+        if let Some(payload) = self.pong.take() {
+            websocket::encode_frame(Opcode::Pong, &payload, &mut self.wbuf);
+        }
+        if std::mem::take(&mut self.ping) {
+            websocket::encode_frame(Opcode::Ping, b"", &mut self.wbuf);
+        }
+        let mut taken = 0;
+        while self.wbuf.len() < CHUNK {
+            let Some(body) = next_frame(out) else { break };
+            taken += body.len();
+            // Every frame the relay writes is UTF-8 JSON; a body that were not would still
+            // reach the client, as a binary message.
+            let opcode = if std::str::from_utf8(&body).is_ok() { Opcode::Text } else { Opcode::Binary };
+            websocket::encode_frame(opcode, &body, &mut self.wbuf);
+        }
+        taken
+    }
+
+    /// Writes `wbuf` until it is empty or the socket is full.
+    fn poll_flush_wbuf(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.wbuf.is_empty() {
+            match Pin::new(&mut self.stream).poll_write(cx, &self.wbuf) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => self.wbuf.advance(n),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if self.wbuf.capacity() > 0 {
+            self.wbuf = BytesMut::new();
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, client: &mut Client, now: Instant) -> Result<bool, End> {
+        let buffered = self.handle_buffered(client, now)?;
         if client.is_busy() {
-            return Ok(false);
+            return Ok(buffered);
         }
-        let message = match Pin::new(&mut self.ws).poll_next(cx) {
-            Poll::Pending => return Ok(false),
-            Poll::Ready(None) | Poll::Ready(Some(Ok(Message::Close(_)))) => return Err(End::Closed),
-            Poll::Ready(Some(Ok(message))) => message,
-            Poll::Ready(Some(Err(WsError::Capacity(_)))) => {
-                RelayStats::add(&client.ctx.relay.stats().oversize_ws, 1);
-                return Err(End::WsTooLarge);
+        let polled = if self.inbuf.is_empty() {
+            // Nothing buffered: read onto the stack, so that an idle connection allocates
+            // nothing.
+            let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); CHUNK];
+            let mut read = ReadBuf::uninit(&mut stack);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => {
+                    self.inbuf.extend_from_slice(read.filled());
+                    Poll::Ready(Ok(read.filled().len()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
             }
-            Poll::Ready(Some(Err(WsError::Utf8(_)))) => {
-                return Err(End::WsProtocol("a text message that is not UTF-8".into()));
+        } else {
+            if self.inbuf.capacity() - self.inbuf.len() < CHUNK / 4 {
+                self.inbuf.reserve(CHUNK);
             }
-            Poll::Ready(Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed))) => {
-                return Err(End::Closed);
-            }
-            Poll::Ready(Some(Err(WsError::Io(e)))) => return Err(End::Io(e)),
-            Poll::Ready(Some(Err(e))) => return Err(End::WsProtocol(e.to_string())),
+            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
         };
-        match message {
-            Message::Text(text) => client.handle_frame(&Bytes::from(text), now)?,
-            Message::Binary(data) => client.handle_frame(&data, now)?,
-            // Pings are answered by the WebSocket layer; any message proves the peer alive.
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) | Message::Close(_) => {}
+        match polled {
+            Poll::Pending => {
+                if self.inbuf.is_empty() && self.inbuf.capacity() > 0 {
+                    self.inbuf = BytesMut::new();
+                }
+                Ok(buffered)
+            }
+            Poll::Ready(Ok(0)) => Err(End::Closed),
+            Poll::Ready(Ok(_)) => {
+                self.handle_buffered(client, now)?;
+                Ok(true)
+            }
+            Poll::Ready(Err(e)) => Err(End::Io(e)),
         }
-        Ok(true)
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, out: &mut BytesMut) -> io::Result<usize> {
-        let mut written = 0;
-        let mut ws = Pin::new(&mut self.ws);
+        let mut taken = 0;
         loop {
-            if !self.ping && out.is_empty() {
-                break;
-            }
-            match ws.as_mut().poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Err(io::Error::other(e)),
-                Poll::Pending => return Ok(written),
-            }
-            let message = if self.ping {
-                self.ping = false;
-                Message::Ping(Bytes::new())
-            } else {
-                let Some(body) = next_frame(out) else { break };
-                written += body.len();
-                // Every frame the relay writes is UTF-8 JSON; a body that were not would still
-                // reach the client, as a binary message.
-                match Utf8Bytes::try_from(body.clone()) {
-                    Ok(text) => Message::Text(text),
-                    Err(_) => Message::Binary(body),
+            if self.wbuf.is_empty() {
+                taken += self.encode_batch(out);
+                if self.wbuf.is_empty() {
+                    break;
                 }
-            };
-            ws.as_mut().start_send(message).map_err(io::Error::other)?;
+            }
+            match self.poll_flush_wbuf(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => return Ok(taken),
+            }
         }
-        match ws.as_mut().poll_flush(cx) {
-            Poll::Ready(Err(e)) => return Err(io::Error::other(e)),
-            Poll::Ready(Ok(())) | Poll::Pending => {}
+        // TLS streams buffer internally; a plain TCP flush is a no-op.
+        if let Poll::Ready(Err(e)) = Pin::new(&mut self.stream).poll_flush(cx) {
+            return Err(e);
         }
         if out.is_empty() && out.capacity() > 0 {
             *out = BytesMut::new();
         }
-        Ok(written)
+        Ok(taken)
     }
 
     fn ping(&mut self) -> bool {
@@ -119,32 +212,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
     }
 
     fn poll_close(&mut self, cx: &mut Context<'_>, end: &End) -> Poll<()> {
-        let mut ws = Pin::new(&mut self.ws);
-        if let Some((code, reason)) = close_reason(end) {
-            if ready!(ws.as_mut().poll_ready(cx)).is_err() {
-                return Poll::Ready(());
-            }
-            let frame = CloseFrame { code, reason: Utf8Bytes::from_static(reason) };
-            if ws.as_mut().start_send(Message::Close(Some(frame))).is_err() {
-                return Poll::Ready(());
+        if !self.close_sent {
+            self.close_sent = true;
+            match (self.peer_closed, close_reason(end)) {
+                (Some(code), _) => websocket::encode_close(code, "", &mut self.wbuf),
+                (None, Some((code, reason))) => websocket::encode_close(code, reason, &mut self.wbuf),
+                (None, None) => {}
             }
         }
-        ws.poll_close(cx).map(|_| ())
+        match self.poll_flush_wbuf(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(_)) => return Poll::Ready(()),
+            Poll::Ready(Ok(())) => {}
+        }
+        Pin::new(&mut self.stream).poll_shutdown(cx).map(|_| ())
     }
 }
 
-/// The close status and reason the peer is told when the relay closes.
-fn close_reason(end: &End) -> Option<(CloseCode, &'static str)> {
+/// The close status and reason the peer is told when the relay closes (a close the peer
+/// started is echoed with its own status instead).
+fn close_reason(end: &End) -> Option<(u16, &'static str)> {
     Some(match end {
         End::Closed | End::Io(_) => return None,
-        End::WsTooLarge | End::FrameTooLarge => (CloseCode::Size, "frame too large"),
-        End::WsProtocol(_) => (CloseCode::Invalid, "invalid json"),
-        End::Idle => (CloseCode::Away, "no answer to ping"),
-        End::Abuse => (CloseCode::Policy, "rate limit exceeded"),
-        End::SlowConsumer => (CloseCode::Policy, "output limit exceeded"),
-        End::NotAuthorized | End::Kicked(Kick::Revoked(_)) => (CloseCode::Policy, "not authorized"),
-        End::Kicked(Kick::ShuttingDown) => (CloseCode::Away, "server shutting down"),
-        End::Kicked(_) => (CloseCode::Policy, "closed by the server"),
+        End::WsTooLarge | End::FrameTooLarge => (1009, "frame too large"),
+        End::WsProtocol(e) if e.close_code() == 1007 => (1007, "invalid json"),
+        End::WsProtocol(e) => (e.close_code(), "protocol error"),
+        End::Idle => (1001, "no answer to ping"),
+        End::Abuse => (1008, "rate limit exceeded"),
+        End::SlowConsumer => (1008, "output limit exceeded"),
+        End::NotAuthorized | End::Kicked(Kick::Revoked(_)) => (1008, "not authorized"),
+        End::Kicked(Kick::ShuttingDown) => (1001, "server shutting down"),
+        End::Kicked(_) => (1008, "closed by the server"),
     })
 }
 
@@ -199,8 +297,7 @@ pub(crate) async fn route(
     req: Request<Body>,
 ) -> Response<Body> {
     let bearer = bearer(&req);
-    let limits = ws::Limits { protocol: None, max_message: MAX_WS_FRAME };
-    ws::accept(req, limits, move |socket| async move {
+    ws::accept_upgraded(req, None, move |socket| async move {
         let HttpConnection { peer, listener, tls, slot } = connection;
         let transport = if tls.is_some() { "wss" } else { "ws" };
         let span = tracing::info_span!("relay", %peer, listener = %listener, transport);
@@ -208,7 +305,7 @@ pub(crate) async fn route(
         let (idle, pong) = (settings.ws_ping_interval, settings.ws_pong_timeout);
         let origin = Origin { listener, peer, tls, bearer, transport: Transport::Ws };
         let client = Client::new(ctx.clone(), origin, MAX_WS_FRAME, crate::clock::now());
-        let wire = WsWire { ws: socket, ping: false };
+        let wire = WsWire::new(socket, MAX_WS_FRAME);
         Box::new(Connection::new(wire, client, idle, Some(pong))).run().instrument(span).await;
         drop(slot);
     })
