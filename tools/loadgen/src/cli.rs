@@ -295,6 +295,19 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// A backlog of M messages to an offline address, flushed by its `register`, R rounds.
+    RelayBacklog {
+        #[command(flatten)]
+        relay: Relay,
+        /// Messages queued per round.
+        #[arg(long, default_value_t = 100, value_parser = count)]
+        messages: u32,
+        /// Rounds, one after another.
+        #[arg(long, default_value_t = 50, value_parser = count)]
+        rounds: u32,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Hold N registered relay connections.
     RelayIdle {
         #[command(flatten)]
@@ -340,6 +353,7 @@ impl Command {
             | Command::RelayRoom { common, .. }
             | Command::RelayLatency { common, .. }
             | Command::RelayIdle { common, .. }
+            | Command::RelayBacklog { common, .. }
             | Command::ContentFanout { common, .. } => Some(common),
             Command::EchoServer { .. } => None,
         }
@@ -359,6 +373,7 @@ impl Command {
             Command::RelayRoom { .. } => "relay-room",
             Command::RelayLatency { .. } => "relay-latency",
             Command::RelayIdle { .. } => "relay-idle",
+            Command::RelayBacklog { .. } => "relay-backlog",
             Command::ContentFanout { .. } => "content-fanout",
         }
     }

@@ -1,7 +1,7 @@
 //! `loadgen`: the load generator of mesgd's side-by-side benchmark (tools/bench).
 //!
 //! One subcommand per scenario — MQTT `pairs`, `fanout`, `fanin`, `latency`, `idle`; the JSON
-//! relay's `relay-pairs`, `relay-room`, `relay-latency`, `relay-idle` over TCP, WebSocket or
+//! relay's `relay-pairs`, `relay-room`, `relay-latency`, `relay-backlog`, `relay-idle` over TCP, WebSocket or
 //! UDP; `content-fanout` for content routing; `echo-server`/`echo` for the machine's raw TCP
 //! ceiling. Each prints one JSON row on stdout: the scenario, its parameters, delivered and
 //! published messages per second, the broker's CPU per delivery and utilisation (from
@@ -129,6 +129,9 @@ async fn run(command: &Command) -> Result<Value, SetupError> {
         }
         Command::RelayLatency { relay: r, pairs, rate, common } => {
             relay::load::latency(&relay_config(r, common), *pairs, *rate).await
+        }
+        Command::RelayBacklog { relay: r, messages, rounds, common } => {
+            relay::backlog::backlog(&relay_config(r, common), *messages, *rounds).await
         }
         Command::RelayIdle { relay: r, idle: i, common } => {
             let kind = idle::Kind::Relay(relay_endpoint(r, common));

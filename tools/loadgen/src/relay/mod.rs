@@ -7,6 +7,7 @@
 //! not be delivered) and is counted by its `msg`, so a rate-limited relay shows up as errors and
 //! a lower rate, never as a stall.
 
+pub(crate) mod backlog;
 pub(crate) mod load;
 
 use std::borrow::Cow;
@@ -24,7 +25,7 @@ use crate::stamp::{self, Stamp};
 use crate::stats::Errors;
 
 /// How long a `registered` or `joined_room` may take.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The relay transport to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -1,5 +1,5 @@
 //! A small JSON relay after docs/relay.md: `register` (`address in use` when taken),
-//! `send` → `deliver` or `queued`, `join_room` → `joined_room`, `room_send` → `room_deliver` to
+//! `send` → `deliver`, or `queued` and the delivery kept until the address registers, `join_room` → `joined_room`, `room_send` → `room_deliver` to
 //! every other member (`join a room first` otherwise), over TCP (length-prefixed), WebSocket
 //! (tokio-tungstenite) and UDP, all in one address space. It can refuse every n-th send with
 //! `rate limit exceeded`.
@@ -22,6 +22,8 @@ type Out = mpsc::UnboundedSender<String>;
 struct State {
     addrs: Mutex<HashMap<String, Out>>,
     rooms: Mutex<HashMap<String, Vec<String>>>,
+    /// Deliveries waiting for an address nobody holds, flushed before `registered`.
+    queues: Mutex<HashMap<String, Vec<String>>>,
     sends: AtomicU64,
     refuse_every: Option<u64>,
 }
@@ -71,7 +73,11 @@ impl Session {
                 }
                 addrs.insert(addr.clone(), self.out.clone());
                 self.addr = Some(addr.clone());
-                self.reply(&json!({"t": "registered", "addr": addr, "queued": 0}));
+                let backlog = state.queues.lock().unwrap().remove(&addr).unwrap_or_default();
+                for d in &backlog {
+                    let _ = self.out.send(d.clone());
+                }
+                self.reply(&json!({"t": "registered", "addr": addr, "queued": backlog.len()}));
             }
             (Some(_), None) => self.reply(&json!({"t": "error", "msg": "register first"})),
             (Some("send"), Some(me)) => {
@@ -85,7 +91,11 @@ impl Session {
                         let d = json!({"t": "deliver", "from": me, "ct": v["ct"], "pub": null, "nonce": null, "kind": "live"});
                         let _ = out.send(d.to_string());
                     }
-                    None => self.reply(&json!({"t": "queued", "to": to})),
+                    None => {
+                        let d = json!({"t": "deliver", "from": me, "ct": v["ct"], "pub": null, "nonce": null, "kind": "queued"});
+                        state.queues.lock().unwrap().entry(to.clone()).or_default().push(d.to_string());
+                        self.reply(&json!({"t": "queued", "to": to}));
+                    }
                 }
             }
             (Some("join_room"), Some(me)) => {

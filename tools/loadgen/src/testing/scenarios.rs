@@ -168,6 +168,18 @@ async fn relay_pairs_and_rooms_over_every_transport() {
 }
 
 #[tokio::test]
+async fn relay_backlog_flushes_are_timed_and_checked_over_every_transport() {
+    let fake = fake_relay::start(None).await;
+    for t in [Transport::Tcp, Transport::Ws, Transport::Udp] {
+        let row = relay::backlog::backlog(&relay_cfg(relay_addr(&fake, t), t), 20, 3).await.unwrap();
+        assert_eq!(row["scenario"], "relay-backlog");
+        assert_eq!(row["flush_us"]["count"], 3, "{row}");
+        assert!(row["flush_us"]["max"].as_f64().unwrap() > 0.0, "{row}");
+        assert_no_errors(&row);
+    }
+}
+
+#[tokio::test]
 async fn relay_latency_over_tcp_and_ws() {
     let fake = fake_relay::start(None).await;
     for t in [Transport::Tcp, Transport::Ws] {
