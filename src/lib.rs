@@ -31,6 +31,7 @@ pub mod config;
 pub mod content;
 pub mod context;
 mod http;
+mod lean_read;
 pub mod limits;
 mod linger;
 mod listener;

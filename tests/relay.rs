@@ -357,23 +357,19 @@ async fn oversize_tcp_frame_gets_an_error_then_the_close() {
 
 #[tokio::test]
 async fn oversize_websocket_message_is_closed_with_1009() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let server = relay::server("").await;
     let mut c = Client::connect(&server, Kind::Ws).await;
     let big = format!("{{\"t\":\"send\",\"to\":\"x\",\"ct\":\"{}\"}}", "a".repeat(70_000));
     c.ws().send(Message::text(big)).await.unwrap();
-    let close = common::within("the close frame", async {
-        loop {
-            match c.ws().next().await {
-                Some(Ok(Message::Close(frame))) => return frame,
-                Some(Ok(_)) => continue,
-                other => panic!("no close frame: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("a close frame with a code");
+    let close = c
+        .ws_until("the close frame", |m| match m {
+            Message::Close(frame) => Some(frame),
+            _ => None,
+        })
+        .await
+        .expect("a close frame with a code");
     assert_eq!(u16::from(close.code), 1009);
     assert_eq!(close.reason.as_str(), "frame too large");
 }

@@ -110,30 +110,22 @@ async fn pings_are_answered_with_their_payload_and_a_close_is_echoed() {
     let mut c = Client::connect(&server, Kind::Ws).await;
     c.register("pinger").await;
     c.ws().send(Message::Ping(b"are you there".to_vec().into())).await.unwrap();
-    let pong = within("the pong", async {
-        loop {
-            match c.ws().next().await {
-                Some(Ok(Message::Pong(payload))) => return payload,
-                Some(Ok(_)) => continue,
-                other => panic!("no pong: {other:?}"),
-            }
-        }
-    })
-    .await;
+    let pong = c
+        .ws_until("the pong", |m| match m {
+            Message::Pong(payload) => Some(payload),
+            _ => None,
+        })
+        .await;
     assert_eq!(&pong[..], b"are you there");
     let close = CloseFrame { code: CloseCode::Away, reason: "bye".into() };
     c.ws().send(Message::Close(Some(close))).await.unwrap();
-    let echoed = within("the echoed close", async {
-        loop {
-            match c.ws().next().await {
-                Some(Ok(Message::Close(frame))) => return frame,
-                Some(Ok(_)) => continue,
-                other => panic!("no close frame: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("a status");
+    let echoed = c
+        .ws_until("the echoed close", |m| match m {
+            Message::Close(frame) => Some(frame),
+            _ => None,
+        })
+        .await
+        .expect("a status");
     assert_eq!(echoed.code, CloseCode::Away, "the client's status is echoed");
     assert!(within("the end", c.ws().next()).await.is_none(), "then the connection ends");
 }

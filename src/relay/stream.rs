@@ -44,6 +44,51 @@ pub(crate) trait Wire: Send + Unpin {
     fn poll_close(&mut self, cx: &mut Context<'_>, end: &End) -> Poll<()>;
 }
 
+/// A wire's byte stream and its read buffer, read without a buffer while idle
+/// ([`crate::lean_read`]).
+pub(crate) struct Input<S> {
+    pub(crate) stream: S,
+    inbuf: BytesMut,
+}
+
+impl<S> Input<S> {
+    pub(crate) fn new(stream: S) -> Self {
+        Input { stream, inbuf: BytesMut::new() }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> Input<S> {
+    /// The read step of every stream wire. `decode` hands the complete frames buffered to the
+    /// client until it is busy and says whether it handed any; it runs first on what an
+    /// earlier read left (the client was busy with a `register`), then on what the socket has.
+    /// Only frames handled are progress: a partial frame in the buffer is not, or a client
+    /// that sends half a frame would keep its task spinning.
+    pub(crate) fn poll_frames<const CHUNK: usize>(
+        &mut self,
+        cx: &mut Context<'_>,
+        client: &mut Client,
+        now: Instant,
+        mut decode: impl FnMut(&mut BytesMut, &mut Client, Instant) -> Result<bool, End>,
+    ) -> Result<bool, End> {
+        let buffered = decode(&mut self.inbuf, client, now)?;
+        if client.is_busy() {
+            return Ok(buffered);
+        }
+        match crate::lean_read::poll_read::<_, CHUNK>(&mut self.stream, cx, &mut self.inbuf) {
+            Poll::Pending => {
+                crate::lean_read::release_if_empty(&mut self.inbuf);
+                Ok(buffered)
+            }
+            Poll::Ready(Ok(0)) => Err(End::Closed),
+            Poll::Ready(Ok(_)) => {
+                decode(&mut self.inbuf, client, now)?;
+                Ok(true)
+            }
+            Poll::Ready(Err(e)) => Err(End::Io(e)),
+        }
+    }
+}
+
 /// A connected relay client over a stream transport.
 pub(crate) struct Connection<W> {
     wire: W,

@@ -14,12 +14,12 @@ use std::time::Instant;
 use bytes::{Buf, BytesMut};
 use mesgd_core::auth::TlsInfo;
 use mesgd_core::relay::frame::{self, MAX_TCP_FRAME};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
 use super::client::{Client, End, Origin, Transport};
 use super::stats::RelayStats;
-use super::stream::{Connection, Wire};
+use super::stream::{Connection, Input, Wire};
 use crate::context::ServerContext;
 
 /// Read buffer growth step.
@@ -27,86 +27,44 @@ const READ_CHUNK: usize = 8 * 1024;
 
 /// Length-prefixed frames over a byte stream.
 pub(crate) struct TcpWire<S> {
-    stream: S,
-    inbuf: BytesMut,
+    input: Input<S>,
 }
 
 impl<S> TcpWire<S> {
     pub(crate) fn new(stream: S) -> Self {
-        TcpWire { stream, inbuf: BytesMut::new() }
+        TcpWire { input: Input::new(stream) }
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> TcpWire<S> {
-    /// Hands every complete buffered frame to `client`, until it is busy; returns whether it
-    /// handed any.
-    fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<bool, End> {
-        let mut handled = false;
-        while !client.is_busy() {
-            match frame::decode(&mut self.inbuf, MAX_TCP_FRAME) {
-                Ok(Some(body)) => {
-                    client.handle_frame(&body, now)?;
-                    handled = true;
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    RelayStats::add(&client.ctx.relay.stats().oversize_tcp, 1);
-                    return Err(End::FrameTooLarge);
-                }
+/// Hands every complete buffered frame to `client`, until it is busy; returns whether it handed
+/// any.
+fn handle_buffered(inbuf: &mut BytesMut, client: &mut Client, now: Instant) -> Result<bool, End> {
+    let mut handled = false;
+    while !client.is_busy() {
+        match frame::decode(inbuf, MAX_TCP_FRAME) {
+            Ok(Some(body)) => {
+                client.handle_frame(&body, now)?;
+                handled = true;
+            }
+            Ok(None) => break,
+            Err(_) => {
+                RelayStats::add(&client.ctx.relay.stats().oversize_tcp, 1);
+                return Err(End::FrameTooLarge);
             }
         }
-        Ok(handled)
     }
+    Ok(handled)
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for TcpWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, client: &mut Client, now: Instant) -> Result<bool, End> {
-        // Frames left over from an earlier read (the client was busy with a register). Only
-        // frames handled are progress: a partial frame in the buffer is not, or a client that
-        // sends half a frame would keep its task spinning.
-        let buffered = self.handle_buffered(client, now)?;
-        if client.is_busy() {
-            return Ok(buffered);
-        }
-        let polled = if self.inbuf.is_empty() {
-            // Nothing buffered: read onto the stack first, so that a wake-up with nothing to
-            // read (and every idle connection) allocates nothing.
-            let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ_CHUNK];
-            let mut read = ReadBuf::uninit(&mut stack);
-            match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
-                Poll::Ready(Ok(())) => {
-                    self.inbuf.extend_from_slice(read.filled());
-                    Poll::Ready(Ok(read.filled().len()))
-                }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        } else {
-            if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
-                self.inbuf.reserve(READ_CHUNK);
-            }
-            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
-        };
-        match polled {
-            Poll::Pending => {
-                if self.inbuf.is_empty() && self.inbuf.capacity() > 0 {
-                    self.inbuf = BytesMut::new();
-                }
-                Ok(buffered)
-            }
-            Poll::Ready(Ok(0)) => Err(End::Closed),
-            Poll::Ready(Ok(_)) => {
-                self.handle_buffered(client, now)?;
-                Ok(true)
-            }
-            Poll::Ready(Err(e)) => Err(End::Io(e)),
-        }
+        self.input.poll_frames::<READ_CHUNK>(cx, client, now, handle_buffered)
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, out: &mut BytesMut) -> io::Result<usize> {
         let mut written = 0;
         while !out.is_empty() {
-            match Pin::new(&mut self.stream).poll_write(cx, out) {
+            match Pin::new(&mut self.input.stream).poll_write(cx, out) {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
                     out.advance(n);
@@ -117,7 +75,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for TcpWire<S> {
             }
         }
         // TLS streams buffer internally; a plain TCP flush is a no-op.
-        match Pin::new(&mut self.stream).poll_flush(cx) {
+        match Pin::new(&mut self.input.stream).poll_flush(cx) {
             Poll::Ready(Err(e)) => return Err(e),
             Poll::Ready(Ok(())) | Poll::Pending => {}
         }
@@ -132,7 +90,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for TcpWire<S> {
     }
 
     fn poll_close(&mut self, cx: &mut Context<'_>, _end: &End) -> Poll<()> {
-        Pin::new(&mut self.stream).poll_shutdown(cx).map(|_| ())
+        Pin::new(&mut self.input.stream).poll_shutdown(cx).map(|_| ())
     }
 }
 

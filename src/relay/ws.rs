@@ -23,13 +23,13 @@ use mesgd_core::auth::Secret;
 use mesgd_core::model::Kick;
 use mesgd_core::relay::frame::MAX_WS_FRAME;
 use mesgd_core::websocket::{self, Decoder, Event, Opcode, WsError};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
 use super::client::{Client, End, Origin, Transport};
 use super::outbox::next_frame;
 use super::stats::RelayStats;
-use super::stream::{Connection, Wire};
+use super::stream::{Connection, Input, Wire};
 use crate::context::ServerContext;
 use crate::http::{HttpConnection, ws};
 
@@ -39,45 +39,50 @@ const CHUNK: usize = 4 * 1024;
 /// Text messages over a WebSocket, framed by mesgd's own codec so that an idle connection holds
 /// no buffer: it reads onto the stack while nothing is buffered, as [`super::tcp::TcpWire`] does.
 pub(crate) struct WsWire<S> {
-    stream: S,
-    /// Received bytes not yet decoded (empty and unallocated while idle).
-    inbuf: BytesMut,
-    decoder: Decoder,
+    input: Input<S>,
+    received: Received,
     /// Encoded frames not yet written (empty and unallocated while idle).
     wbuf: BytesMut,
+    /// A keep-alive ping to send with the next write.
+    ping: bool,
+    /// A close frame has been queued.
+    close_sent: bool,
+}
+
+/// What the decoder keeps between reads, and what the client's control frames asked for.
+struct Received {
+    decoder: Decoder,
     /// The payload of the latest ping not yet answered (only the latest is answered: RFC 6455
     /// section 5.5.3 allows it, and it keeps a ping flood from growing anything).
     pong: Option<Bytes>,
-    /// A keep-alive ping to send with the next write.
-    ping: bool,
     /// The client's close status, echoed in the server's close frame.
     peer_closed: Option<u16>,
-    /// A close frame has been queued.
-    close_sent: bool,
 }
 
 impl<S> WsWire<S> {
     pub(crate) fn new(stream: S, max_message: usize) -> Self {
         WsWire {
-            stream,
-            inbuf: BytesMut::new(),
-            decoder: Decoder::new(max_message),
+            input: Input::new(stream),
+            received: Received { decoder: Decoder::new(max_message), pong: None, peer_closed: None },
             wbuf: BytesMut::new(),
-            pong: None,
             ping: false,
-            peer_closed: None,
             close_sent: false,
         }
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsWire<S> {
+impl Received {
     /// Hands every complete buffered message to `client` until it is busy; returns whether any
     /// event arrived (a ping or a pong proves the peer alive too).
-    fn handle_buffered(&mut self, client: &mut Client, now: Instant) -> Result<bool, End> {
+    fn handle_buffered(
+        &mut self,
+        inbuf: &mut BytesMut,
+        client: &mut Client,
+        now: Instant,
+    ) -> Result<bool, End> {
         let mut handled = false;
         while !client.is_busy() {
-            let event = match self.decoder.decode(&mut self.inbuf) {
+            let event = match self.decoder.decode(inbuf) {
                 Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(e @ WsError::MessageTooLarge { .. }) => {
@@ -101,11 +106,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsWire<S> {
         }
         Ok(handled)
     }
+}
 
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsWire<S> {
     /// Encodes pending control frames and then outbox frames into `wbuf`, up to [`CHUNK`]
     /// bytes; returns the outbox body bytes taken.
     fn encode_batch(&mut self, out: &mut BytesMut) -> usize {
-        if let Some(payload) = self.pong.take() {
+        if let Some(payload) = self.received.pong.take() {
             websocket::encode_frame(Opcode::Pong, &payload, &mut self.wbuf);
         }
         if std::mem::take(&mut self.ping) {
@@ -126,7 +133,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsWire<S> {
     /// Writes `wbuf` until it is empty or the socket is full.
     fn poll_flush_wbuf(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.wbuf.is_empty() {
-            match Pin::new(&mut self.stream).poll_write(cx, &self.wbuf) {
+            match Pin::new(&mut self.input.stream).poll_write(cx, &self.wbuf) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => self.wbuf.advance(n),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -142,43 +149,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsWire<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, client: &mut Client, now: Instant) -> Result<bool, End> {
-        let buffered = self.handle_buffered(client, now)?;
-        if client.is_busy() {
-            return Ok(buffered);
-        }
-        let polled = if self.inbuf.is_empty() {
-            // Nothing buffered: read onto the stack, so that an idle connection allocates
-            // nothing.
-            let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); CHUNK];
-            let mut read = ReadBuf::uninit(&mut stack);
-            match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
-                Poll::Ready(Ok(())) => {
-                    self.inbuf.extend_from_slice(read.filled());
-                    Poll::Ready(Ok(read.filled().len()))
-                }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        } else {
-            if self.inbuf.capacity() - self.inbuf.len() < CHUNK / 4 {
-                self.inbuf.reserve(CHUNK);
-            }
-            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
-        };
-        match polled {
-            Poll::Pending => {
-                if self.inbuf.is_empty() && self.inbuf.capacity() > 0 {
-                    self.inbuf = BytesMut::new();
-                }
-                Ok(buffered)
-            }
-            Poll::Ready(Ok(0)) => Err(End::Closed),
-            Poll::Ready(Ok(_)) => {
-                self.handle_buffered(client, now)?;
-                Ok(true)
-            }
-            Poll::Ready(Err(e)) => Err(End::Io(e)),
-        }
+        let received = &mut self.received;
+        self.input.poll_frames::<CHUNK>(cx, client, now, |inbuf, client, now| {
+            received.handle_buffered(inbuf, client, now)
+        })
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, out: &mut BytesMut) -> io::Result<usize> {
@@ -197,7 +171,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
             }
         }
         // TLS streams buffer internally; a plain TCP flush is a no-op.
-        if let Poll::Ready(Err(e)) = Pin::new(&mut self.stream).poll_flush(cx) {
+        if let Poll::Ready(Err(e)) = Pin::new(&mut self.input.stream).poll_flush(cx) {
             return Err(e);
         }
         if out.is_empty() && out.capacity() > 0 {
@@ -214,7 +188,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
     fn poll_close(&mut self, cx: &mut Context<'_>, end: &End) -> Poll<()> {
         if !self.close_sent {
             self.close_sent = true;
-            match (self.peer_closed, close_reason(end)) {
+            match (self.received.peer_closed, close_reason(end)) {
                 (Some(code), _) => websocket::encode_close(code, "", &mut self.wbuf),
                 (None, Some((code, reason))) => websocket::encode_close(code, reason, &mut self.wbuf),
                 (None, None) => {}
@@ -225,7 +199,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Wire for WsWire<S> {
             Poll::Ready(Err(_)) => return Poll::Ready(()),
             Poll::Ready(Ok(())) => {}
         }
-        Pin::new(&mut self.stream).poll_shutdown(cx).map(|_| ())
+        Pin::new(&mut self.input.stream).poll_shutdown(cx).map(|_| ())
     }
 }
 

@@ -181,6 +181,24 @@ impl Client {
         }
     }
 
+    /// Skips WebSocket messages until one that `pick` takes (a pong, a close frame, ...).
+    pub async fn ws_until<T>(&mut self, what: &str, mut pick: impl FnMut(Message) -> Option<T>) -> T {
+        let ws = self.ws();
+        within(what, async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(message)) => {
+                        if let Some(v) = pick(message) {
+                            return v;
+                        }
+                    }
+                    other => panic!("no {what}: {other:?}"),
+                }
+            }
+        })
+        .await
+    }
+
     /// The TCP stream, for tests of its own framing.
     pub fn tcp(&mut self) -> &mut TcpStream {
         match &mut self.wire {

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use mesgd_core::broker::{DropReason, IdentityUpdate, Stats};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Connection, End};
 
@@ -56,9 +56,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                 return Poll::Ready(end);
             }
             if !again {
-                if self.inbuf.is_empty() && self.inbuf.capacity() > 0 {
-                    self.inbuf = BytesMut::new();
-                }
+                crate::lean_read::release_if_empty(&mut self.inbuf);
                 return Poll::Pending;
             }
         }
@@ -74,25 +72,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if self.ctx.broker.journal().is_some_and(|j| !j.poll_room(cx.waker())) {
                 break;
             }
-            let polled = if self.inbuf.is_empty() {
-                // Nothing buffered: read onto the stack first, so that a wake-up with nothing to
-                // read (and every idle connection) allocates nothing.
-                let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ_CHUNK];
-                let mut read = ReadBuf::uninit(&mut stack);
-                match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
-                    Poll::Ready(Ok(())) => {
-                        self.inbuf.extend_from_slice(read.filled());
-                        Poll::Ready(Ok(read.filled().len()))
-                    }
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                    Poll::Pending => Poll::Pending,
-                }
-            } else {
-                if self.inbuf.capacity() - self.inbuf.len() < READ_CHUNK / 4 {
-                    self.inbuf.reserve(READ_CHUNK);
-                }
-                tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
-            };
+            let polled = crate::lean_read::poll_read::<_, READ_CHUNK>(&mut self.stream, cx, &mut self.inbuf);
             match polled {
                 Poll::Pending => break,
                 Poll::Ready(Ok(0)) => return Err(End::Closed),
