@@ -41,6 +41,28 @@ pub struct ServerContext {
 }
 
 impl ServerContext {
+    /// A context on the embedded default configuration, an empty chain that admits anonymous
+    /// clients, and a broker with small queues: for tests that drive a front end in memory.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Arc<ServerContext> {
+        use mesgd_core::broker::BrokerLimits;
+        use mesgd_core::session::QueueLimits;
+        let config = Config::embedded_default();
+        let limits = BrokerLimits {
+            queue: QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: false },
+        };
+        let now = (std::time::Instant::now(), std::time::SystemTime::now());
+        let broker = Arc::new(Broker::new(limits, now.0, now.1));
+        let content = crate::content::Content::open(&config).expect("no http listener: no key store");
+        Arc::new(ServerContext::new(
+            &config,
+            broker,
+            Chain::new(Vec::new(), true),
+            Default::default(),
+            content,
+        ))
+    }
+
     pub(crate) fn new(
         config: &Config,
         broker: Arc<Broker>,

@@ -124,7 +124,9 @@ impl<W: Wire> Connection<W> {
     /// Serves the connection to its end.
     pub(crate) async fn run(mut self: Box<Self>) {
         let end = std::future::poll_fn(|cx| self.poll_run(cx)).await;
-        self.finish(end).await;
+        // Boxed: the closing flush waits on a timer, and held inline its state would be in every
+        // idle connection's task (and, through the listener's accept path, in MQTT's too).
+        Box::pin(self.finish(end)).await;
     }
 
     fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {

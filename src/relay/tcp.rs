@@ -112,3 +112,25 @@ where
     let connection = Box::new(Connection::new(TcpWire::new(stream), client, idle, None));
     connection.run().instrument(span)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use crate::context::ServerContext;
+
+    /// An idle connection costs its task, and plain relay TCP shares its task type with plain
+    /// MQTT (the listener's fast path): a larger relay future would grow every MQTT task too.
+    #[tokio::test]
+    async fn the_connection_future_is_no_larger_than_mqtts() {
+        let ctx = ServerContext::for_tests();
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (relay_end, _a) = tokio::io::duplex(64);
+        let (mqtt_end, _b) = tokio::io::duplex(64);
+        let relay = super::serve(relay_end, peer, "relay".into(), None, ctx.clone());
+        let deadline = crate::clock::now();
+        let mqtt = crate::mqtt::serve(mqtt_end, peer, "mqtt".into(), None, ctx, deadline);
+        let (relay, mqtt) = (std::mem::size_of_val(&relay), std::mem::size_of_val(&mqtt));
+        assert!(relay <= mqtt, "relay TCP future {relay} B, MQTT's {mqtt} B");
+    }
+}

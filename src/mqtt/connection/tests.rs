@@ -4,29 +4,19 @@
 //! with explicit time instead of waiting for it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use mesgd_core::auth::Chain;
-use mesgd_core::broker::{Broker, BrokerLimits};
 use mesgd_core::mqtt::{
     self, Connect, ConnectProperties, Packet, ProtocolVersion, PubResponse, Publish, QoS, ReasonCode,
     Subscribe, SubscriptionOptions,
 };
-use mesgd_core::session::QueueLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use crate::config::Config;
 use crate::context::ServerContext;
 
 fn context() -> Arc<ServerContext> {
-    let config = Config::embedded_default();
-    let limits = BrokerLimits {
-        queue: QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: false },
-    };
-    let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
-    let content = crate::content::Content::open(&config).expect("no http listener: no key store");
-    Arc::new(ServerContext::new(&config, broker, Chain::new(Vec::new(), true), Default::default(), content))
+    ServerContext::for_tests()
 }
 
 /// The client end of an in-memory connection, speaking raw MQTT.
