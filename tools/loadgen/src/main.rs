@@ -1,8 +1,8 @@
 //! `loadgen`: the load generator of mesgd's side-by-side benchmark (tools/bench).
 //!
 //! One subcommand per scenario — MQTT `pairs`, `fanout`, `fanin`, `latency`, `idle`; the JSON
-//! relay's `relay-pairs`, `relay-room`, `relay-latency`, `relay-backlog`, `relay-idle` over TCP, WebSocket or
-//! UDP; `content-fanout` for content routing; `echo-server`/`echo` for the machine's raw TCP
+//! relay's `relay-pairs`, `relay-room`, `relay-latency`, `relay-backlog`, `relay-idle` over TCP,
+//! WebSocket or UDP; `content-fanout` for content routing; `echo-server`/`echo` for the machine's raw TCP
 //! ceiling. Each prints one JSON row on stdout: the scenario, its parameters, delivered and
 //! published messages per second, the broker's CPU per delivery and utilisation (from
 //! `/proc/PID/stat` of `--broker-pid`), the generator's own utilisation, latency percentiles
