@@ -158,6 +158,25 @@ impl Registry {
     pub(crate) fn listeners(&self) -> usize {
         self.matcher.len()
     }
+
+    /// The route tester: the distinct listener paths `message` would reach, each with its
+    /// number of listeners, sorted by path, at most `max` of them (and whether more were cut).
+    /// Nothing is delivered and no counter moves.
+    pub(crate) fn reached_paths(&self, message: &Message<'_>, max: usize) -> (Vec<(String, usize)>, bool) {
+        let mut paths = std::collections::BTreeMap::<String, usize>::new();
+        let mut cut = false;
+        self.matcher.for_each_match_with_path(message, |_, path| {
+            let text = path.to_string();
+            if let Some(n) = paths.get_mut(&text) {
+                *n += 1;
+            } else if paths.len() < max {
+                paths.insert(text, 1);
+            } else {
+                cut = true;
+            }
+        });
+        (paths.into_iter().collect(), cut)
+    }
 }
 
 #[cfg(test)]

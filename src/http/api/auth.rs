@@ -70,6 +70,8 @@ pub(crate) struct ApiState {
     idle: Duration,
     max_sessions: usize,
     max_body_bytes: usize,
+    /// Permits for the open statistics streams (`stream::MAX_STREAMS`).
+    pub(super) streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -128,6 +130,7 @@ impl ApiState {
             idle: Duration::from_secs(config.session_idle_timeout_s),
             max_sessions: config.max_sessions,
             max_body_bytes: config.max_body_bytes,
+            streams: Arc::new(tokio::sync::Semaphore::new(super::stream::MAX_STREAMS)),
         }
     }
 
