@@ -338,3 +338,103 @@ async fn the_console_in_a_real_browser() {
     }
     server.stop().await;
 }
+
+/// The two routes the console added to the API, over plain HTTP: the statistics stream's
+/// events and its bound, and the route tester's answers and refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stats_stream_and_the_route_tester() {
+    let storage = Storage::new();
+    let mut server = TestServer::start_on(&storage, BODY).await;
+    let http = server.server.as_ref().unwrap().local_addr("http").expect("http listener");
+    storage.mesgd(&["admin", "add", "root", "--password-stdin"], "pw-for-root-1\n").await;
+    let token = storage.mesgd(&["admin", "token", "create", "t", "--scope", "admin"], "").await;
+    let auth = format!("Bearer {}", token.trim());
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("http://{http}/api/v1{p}");
+
+    // Without credentials the stream is refused like every route.
+    let r = common::within("an answer", client.get(url("/stats/stream")).send()).await.unwrap();
+    assert_eq!(r.status(), 401);
+
+    // A stream's first event is a sample, with the retry hint.
+    let mut streams = Vec::new();
+    let mut first =
+        common::within("a stream", client.get(url("/stats/stream")).header("authorization", &auth).send())
+            .await
+            .unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = common::within("a sample", first.chunk()).await.unwrap().expect("the stream goes on");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(text.contains("event: sample\n"), "{text}");
+    assert!(text.contains("retry: 1000\n"), "{text}");
+    let data = text.lines().find_map(|l| l.strip_prefix("data: ")).expect("a data line");
+    let sample: Value = serde_json::from_str(data).expect("JSON data");
+    for key in [
+        "t",
+        "connections",
+        "sessions",
+        "subscriptions",
+        "retained",
+        "messages_in_per_s",
+        "messages_out_per_s",
+    ] {
+        assert!(sample.get(key).is_some(), "{key} in {sample}");
+    }
+    streams.push(first);
+
+    // Sixteen at once at most; the seventeenth is refused in the API's error shape.
+    for _ in 1..16 {
+        let r = common::within(
+            "a stream",
+            client.get(url("/stats/stream")).header("authorization", &auth).send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        streams.push(r);
+    }
+    let r =
+        common::within("a refusal", client.get(url("/stats/stream")).header("authorization", &auth).send())
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
+    drop(streams);
+
+    // The route tester: a listener's path is reached, another message reaches nothing, and
+    // text that is not a routable message is a 400 that says why.
+    let content = content_server(http);
+    let _listener = content.open("/kind=chat/room=lobby").await;
+    let test = |message: &str| {
+        client
+            .post(url("/content/test"))
+            .header("authorization", &auth)
+            .json(&json!({ "message": message }))
+            .send()
+    };
+    let r = common::within("an answer", test(r#"{"kind":"chat","room":"lobby","text":"hi"}"#)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["paths"], json!([{"path": "/kind=chat/room=lobby", "listeners": 1}]), "{body}");
+    assert_eq!(body["listeners_registered"], 1);
+    let body: Value = common::within("an answer", test(r#"{"kind":"chat","room":"attic"}"#))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["paths"], json!([]), "{body}");
+    for bad in ["", "{", "42", "[1,"] {
+        let r = common::within("an answer", test(bad)).await.unwrap();
+        assert_eq!(r.status(), 400, "{bad:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "bad_request");
+        assert!(body["error"]["message"].as_str().unwrap().contains("not routable JSON"), "{body}");
+    }
+    server.stop().await;
+}
