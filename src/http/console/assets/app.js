@@ -67,6 +67,7 @@ async function route() {
   if (cleanup) { try { cleanup(); } catch { /* a page's cleanup must not stop navigation */ } cleanup = null; }
   const el = main();
   const path = location.pathname;
+  document.getElementById('status').textContent = '';
   if (!me) {
     let state;
     try { state = await who(); } catch (err) { el.replaceChildren(message(String(err), 'error')); return; }

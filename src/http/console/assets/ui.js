@@ -98,3 +98,8 @@ export class Pager {
   }
   reset() { this.stack = []; return this.show(null); }
 }
+
+// Replaces an element's children, skipping the empty ones (`null` would otherwise be text).
+export function fill(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}

@@ -1,7 +1,7 @@
 // The ACL tester: may this user read or write this topic, and which rule decides?
 
 import { api } from '../api.js';
-import { h, field, table, values, message } from '../ui.js';
+import { h, field, table, values, message, fill } from '../ui.js';
 import { userHref } from './users.js';
 
 export async function render(main) {
@@ -26,7 +26,7 @@ export async function render(main) {
         api('GET', `/users/${encodeURIComponent(v.username.trim())}/rules?limit=1000`),
       ]);
       const decides = a.rule ? a.rule.position : null;
-      answer.replaceChildren(
+      fill(answer,
         h('p', { class: 'verdict ' + (a.allowed ? 'allowed' : 'denied'), id: 'acl-verdict' },
           (a.allowed ? 'Allowed: ' : 'Denied: ') + a.reason),
         rules.items.length ? table('The user\'s rules; the deciding one is marked', [['#', 'num'], 'Pattern', 'Permission', ''],

@@ -2,7 +2,7 @@
 // listener path) and the route tester (a JSON message → the listener paths it reaches now).
 
 import { api } from '../api.js';
-import { h, field, table, message } from '../ui.js';
+import { h, field, table, message, fill } from '../ui.js';
 
 const SAMPLE = '{"kind":"chat","room":"lobby","text":"hello"}';
 const MODES = [['exact', 'exact value'], ['any', 'any value (must exist)'], ['omit', 'omit']];
@@ -64,7 +64,7 @@ export async function render(main) {
     e.preventDefault();
     try {
       const a = await api('POST', '/content/test', { message: msg.querySelector('textarea').value });
-      reached.replaceChildren(
+      fill(reached,
         a.paths.length === 0 ? h('p', { id: 'reaches-none' }, `It reaches no listener (${a.listeners_registered} registered).`) :
           table(`It reaches ${a.paths.length} listener path${a.paths.length === 1 ? '' : 's'} (of ${a.listeners_registered} listeners registered)`,
             ['Listener path', ['Connections', 'num']],
