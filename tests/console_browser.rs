@@ -19,11 +19,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::auth::Storage;
 use common::{TestServer, v5};
 use futures_util::{SinkExt, StreamExt};
+use mesgd_core::acl::Acl;
+use mesgd_core::auth::Protocol;
+use mesgd_core::broker::{Admission, Admitted, OnConflict};
+use mesgd_core::model::{ClientInfo, SessionExpiry, SessionKey};
 use rumqttc::v5::mqttbytes::v5::{PubAckReason, SubscribeReasonCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -75,6 +79,7 @@ struct Side<'a> {
     kick_started: Option<Instant>,
     load: Option<(Arc<AtomicBool>, tokio::task::JoinHandle<u32>)>,
     listener: Option<content::Client>,
+    bulk: Vec<Admitted>,
     next_id: u32,
 }
 
@@ -120,6 +125,32 @@ impl Side<'_> {
                 };
                 c.disconnect().await;
                 Ok(json!({ "allowed": allowed }))
+            }
+            "bulk_clients" => {
+                // Sessions admitted straight into the broker, as a front end admits its clients:
+                // the list the console pages through, without 10,000 sockets.
+                let count = q["count"].as_u64().ok_or("no count")?.min(10_000);
+                let now = Instant::now();
+                for i in 0..count {
+                    let client = ClientInfo::new(
+                        Protocol::Mqtt5,
+                        Arc::from("mqtt"),
+                        Arc::from("anonymous"),
+                        SystemTime::now(),
+                    );
+                    let admission = Admission {
+                        key: SessionKey::mqtt(format!("bulk-{i:05}")),
+                        clean_start: true,
+                        expiry: SessionExpiry::OnDisconnect,
+                        acl: Acl::unrestricted(),
+                        on_conflict: OnConflict::TakeOver,
+                        client: Some(client),
+                    };
+                    let admitted =
+                        self.server.broker().admit(admission, now).await.map_err(|e| e.to_string())?;
+                    self.bulk.push(admitted);
+                }
+                Ok(json!({}))
             }
             "connect_client" => {
                 let (mut c, _) = v5::connect(v5::options(&s("id")?, self.mqtt_port)).await;
@@ -255,7 +286,7 @@ impl Side<'_> {
                 Ok(json!({}))
             }
             "session_gone" => {
-                let key = mesgd_core::model::SessionKey {
+                let key = SessionKey {
                     namespace: mesgd_core::model::Namespace::Mqtt,
                     id: Arc::from(s("id")?.as_str()),
                 };
@@ -303,6 +334,7 @@ async fn the_console_in_a_real_browser() {
         kick_started: None,
         load: None,
         listener: None,
+        bulk: Vec::new(),
         next_id: 0,
     };
     let run = async {

@@ -2,7 +2,10 @@
 // samples, redrawn on every sample. No library: a polyline per series and a few grid lines.
 
 const NS = 'http://www.w3.org/2000/svg';
-const W = 600, H = 200, PAD = 34;
+// Drawn in CSS pixels at the chart's current width (redrawn every sample), so the labels keep
+// their size on a phone and on a wide screen.
+const H = 220, PAD = 40;
+let W = 600;
 
 function svg(tag, attrs) {
   const el = document.createElementNS(NS, tag);
@@ -14,7 +17,7 @@ export class RateChart {
   constructor(windowSize, title) {
     this.size = windowSize;
     this.samples = [];
-    this.el = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': title });
+    this.el = svg('svg', { class: 'chart', role: 'img', 'aria-label': title });
     this.draw();
   }
 
@@ -25,13 +28,16 @@ export class RateChart {
   }
 
   draw() {
-    const max = Math.max(1, ...this.samples.map((s) => Math.max(s.messages_in_per_s, s.messages_out_per_s)));
+    W = Math.max(200, Math.round(this.el.getBoundingClientRect().width) || 600);
+    this.el.setAttribute('viewBox', `0 0 ${W} ${H}`);
+    this.el.setAttribute('height', String(H));
+    const max = Math.max(4, ...this.samples.map((s) => Math.max(s.messages_in_per_s, s.messages_out_per_s)));
     const top = niceCeil(max);
     this.el.replaceChildren();
     for (let i = 0; i <= 4; i++) {
       const y = PAD / 2 + (H - PAD) * i / 4;
       this.el.append(svg('line', { x1: PAD, x2: W - 4, y1: y, y2: y, stroke: '#e2e2e2' }));
-      const label = svg('text', { x: PAD - 4, y: y + 4, 'text-anchor': 'end', 'font-size': 11, fill: '#555' });
+      const label = svg('text', { x: PAD - 4, y: y + 4, 'text-anchor': 'end', 'font-size': 12, fill: '#555' });
       label.textContent = fmt(top * (4 - i) / 4);
       this.el.append(label);
     }
@@ -41,7 +47,7 @@ export class RateChart {
       const points = this.samples.map((s, i) => `${x(i).toFixed(1)},${y(s[key]).toFixed(1)}`).join(' ');
       this.el.append(svg('polyline', { points, fill: 'none', stroke: colour, 'stroke-width': 2 }));
     }
-    const foot = svg('text', { x: W - 4, y: H - 2, 'text-anchor': 'end', 'font-size': 11, fill: '#555' });
+    const foot = svg('text', { x: W - 4, y: H - 2, 'text-anchor': 'end', 'font-size': 12, fill: '#555' });
     foot.textContent = `last ${Math.round(this.size / 60)} minutes, 1 s per point`;
     this.el.append(foot);
     this.el.dataset.max = String(max);

@@ -13,7 +13,8 @@ export async function render(main) {
     h('div', { class: 'row' },
       field('Client id starts with', 'client_id', { type: 'search' }),
       field('User name', 'username', { type: 'search' }),
-      field('Protocol', 'protocol', { options: [['', 'any'], ['mqtt', 'MQTT'], ['relay', 'relay']] }),
+      field('Protocol', 'protocol', { options: [['', 'any'], ['mqtt-5', 'MQTT 5'], ['mqtt-3.1.1', 'MQTT 3.1.1'],
+        ['mqtt-3.1', 'MQTT 3.1'], ['relay', 'JSON relay']] }),
       h('div', {}, h('button', { type: 'submit' }, 'Search'))));
   const list = h('div', { id: 'client-list' });
   let filter = {};
