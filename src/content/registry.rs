@@ -223,6 +223,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_route_tester_lists_each_reached_path_once_with_its_listeners_and_delivers_nothing() {
+        let r = registry(false);
+        let (a, b) = (listener(&r, "/kind=chat/room=lobby"), listener(&r, "/kind=chat/room=lobby"));
+        let any = listener(&r, "/kind=chat");
+        let _news = listener(&r, "/kind=news");
+        let message = Message::scan(br#"{"kind":"chat","room":"lobby","text":"hi"}"#).unwrap();
+        let (paths, cut) = r.reached_paths(&message, 10);
+        assert_eq!(paths, [("/kind=chat".to_owned(), 1), ("/kind=chat/room=lobby".to_owned(), 2)]);
+        assert!(!cut);
+        let (paths, cut) = r.reached_paths(&message, 1);
+        assert_eq!(paths.len(), 1, "capped at the limit");
+        assert!(cut, "and says so");
+        for e in [&a, &b, &any] {
+            assert_eq!(queued(e).await, Vec::<String>::new(), "nothing is delivered");
+        }
+        assert_eq!(ContentStats::get(&r.stats.messages_in), 0, "no counter moves");
+        assert_eq!(ContentStats::get(&r.stats.matches), 0);
+    }
+
+    #[tokio::test]
     async fn echo_delivers_to_the_sender_too() {
         let r = registry(true);
         let chat = listener(&r, "/kind=chat");

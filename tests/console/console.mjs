@@ -84,6 +84,9 @@ try {
     Number(document.getElementById('tile-messages_in_per_s').textContent.replace(/[^0-9.]/g, '')) > 0, null, { timeout: 15000 });
   const after = Number(await page.locator('svg.chart').getAttribute('data-max'));
   check(after > before, `the chart rises while the load runs (${before} -> ${after} msg/s)`);
+  // Eight more samples under load, so the screenshot shows a plateau rather than a spike.
+  const points = Number(await page.locator('svg.chart').getAttribute('data-points'));
+  await page.waitForFunction((n) => Number(document.querySelector('svg.chart').dataset.points) >= n, points + 8, { timeout: 15000 });
   await shot('03-dashboard');
   await ask({ ask: 'load_stop' });
   check(Number(await text('#tile-connections')) >= 1, 'the dashboard counts connections');

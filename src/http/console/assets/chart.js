@@ -43,14 +43,16 @@ export class RateChart {
     }
     const x = (i) => PAD + (W - PAD - 4) * (i + this.size - this.samples.length) / (this.size - 1);
     const y = (v) => PAD / 2 + (H - PAD) * (1 - v / top);
-    for (const [key, colour] of [['messages_in_per_s', '#0b5cad'], ['messages_out_per_s', '#b35900']]) {
+    // Out is dashed, so that it stays visible where it runs on top of in.
+    for (const [key, colour, dash] of [['messages_in_per_s', '#0b5cad', 'none'], ['messages_out_per_s', '#b35900', '6 4']]) {
       const points = this.samples.map((s, i) => `${x(i).toFixed(1)},${y(s[key]).toFixed(1)}`).join(' ');
-      this.el.append(svg('polyline', { points, fill: 'none', stroke: colour, 'stroke-width': 2 }));
+      this.el.append(svg('polyline', { points, fill: 'none', stroke: colour, 'stroke-width': 2, 'stroke-dasharray': dash }));
     }
     const foot = svg('text', { x: W - 4, y: H - 2, 'text-anchor': 'end', 'font-size': 12, fill: '#555' });
     foot.textContent = `last ${Math.round(this.size / 60)} minutes, 1 s per point`;
     this.el.append(foot);
     this.el.dataset.max = String(max);
+    this.el.dataset.points = String(this.samples.length);
   }
 }
 
