@@ -388,6 +388,42 @@ async fn the_stats_stream_and_the_route_tester() {
     let r = common::within("an answer", client.get(url("/stats/stream")).send()).await.unwrap();
     assert_eq!(r.status(), 401);
 
+    // A stream opened under a browser session ends when the session does (here: log out).
+    let cookie_of = |r: &reqwest::Response, name: &str| -> String {
+        r.headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| {
+                v.strip_prefix(&format!("{name}=")).map(|rest| rest.split(';').next().unwrap().to_owned())
+            })
+            .unwrap_or_else(|| panic!("no {name} cookie"))
+    };
+    let challenge = common::within("an answer", client.get(url("/login")).send()).await.unwrap();
+    let login_cookie = cookie_of(&challenge, "mesgd_login_csrf");
+    let login_token = challenge.json::<Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
+    let logged_in = client
+        .post(url("/login"))
+        .header("cookie", format!("mesgd_login_csrf={login_cookie}"))
+        .header("x-csrf-token", &login_token)
+        .json(&json!({"username": "root", "password": "pw-for-root-1"}));
+    let logged_in = common::within("a login", logged_in.send()).await.unwrap();
+    assert_eq!(logged_in.status(), 200);
+    let session = format!("mesgd_session={}", cookie_of(&logged_in, "mesgd_session"));
+    let csrf = logged_in.json::<Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
+    let mut stream =
+        common::within("a stream", client.get(url("/stats/stream")).header("cookie", &session).send())
+            .await
+            .unwrap();
+    assert_eq!(stream.status(), 200);
+    common::within("a sample", stream.chunk()).await.unwrap().expect("a first sample");
+    let out = client.post(url("/logout")).header("cookie", &session).header("x-csrf-token", &csrf);
+    assert_eq!(common::within("a logout", out.send()).await.unwrap().status(), 204);
+    let ended = common::within("the stream's end", async {
+        while let Some(_sample) = stream.chunk().await.expect("the stream ends cleanly") {}
+    });
+    ended.await;
+
     // A stream's first event is a sample, with the retry hint.
     let mut streams = Vec::new();
     let mut first =

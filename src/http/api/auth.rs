@@ -176,6 +176,12 @@ impl ApiState {
         Some((id.to_owned(), session.admin.clone(), session.csrf.clone()))
     }
 
+    /// Whether session `id` is still open and not idle too long, without touching it: a
+    /// long-lived answer (the statistics stream) ends with the session it was opened under.
+    pub(super) fn session_is_open(&self, id: &str, now: Instant) -> bool {
+        lock(&self.sessions).get(id).is_some_and(|s| now.duration_since(s.last_seen) < self.idle)
+    }
+
     fn close_session(&self, id: &str) {
         lock(&self.sessions).remove(id);
     }

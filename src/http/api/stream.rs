@@ -6,15 +6,18 @@
 //! The stream is authenticated like every API route (the guard runs first), and bounded:
 //!
 //! - at most [`MAX_STREAMS`] are open on a server at once; one more is `503 too_many_streams`;
+//! - a stream opened under a browser session ends at the first tick after that session ends
+//!   (log out, idle timeout, eviction);
 //! - each ends after [`EVENTS_PER_STREAM`] samples (ten minutes). `EventSource` reconnects by
 //!   itself (the first event says `retry: 1000`), and a reconnection is authenticated again, so
-//!   a logged-out or removed administrator's stream stops within ten minutes at most;
+//!   a revoked token's or a removed administrator's stream stops within ten minutes at most;
 //! - every stream ends when the server shuts down.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
@@ -25,6 +28,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::ApiError;
+use super::auth::Principal;
 use crate::context::ServerContext;
 
 /// How many statistics streams may be open on one server at once.
@@ -109,6 +113,8 @@ struct Ticker {
     stopping: tokio::sync::watch::Receiver<bool>,
     last: Totals,
     sent: u32,
+    /// The browser session the stream was opened under, if any.
+    session: Option<String>,
     /// Held for the stream's life: the stream's place among [`MAX_STREAMS`].
     _permit: OwnedSemaphorePermit,
 }
@@ -121,6 +127,11 @@ impl Ticker {
         tokio::select! {
             _ = self.interval.tick() => {}
             _ = self.stopping.changed() => return None,
+        }
+        if let Some(id) = &self.session {
+            if !self.ctx.api.session_is_open(id, crate::clock::now()) {
+                return None;
+            }
         }
         let now = Totals::read(&self.ctx);
         let data = sample(&self.ctx, now, self.last);
@@ -146,6 +157,7 @@ impl Ticker {
 )]
 pub(crate) async fn stats_stream(
     State(ctx): State<Arc<ServerContext>>,
+    Extension(principal): Extension<Principal>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let permit = ctx.api.streams.clone().try_acquire_owned().map_err(|_| {
         ApiError::new(
@@ -162,6 +174,10 @@ pub(crate) async fn stats_stream(
         ctx,
         interval,
         sent: 0,
+        session: match principal {
+            Principal::Session { id, .. } => Some(id),
+            Principal::Token { .. } => None,
+        },
         _permit: permit,
     };
     Ok(Sse::new(futures_util::stream::unfold(ticker, Ticker::next)))
