@@ -97,6 +97,12 @@ impl Side<'_> {
                 self.storage.mesgd(&["admin", "add", &s("name")?, "--password-stdin"], &stdin).await;
                 Ok(json!({}))
             }
+            "user_exists" => {
+                let db = mesgd_providers::builtin::config_db_path(self.storage.dir.path());
+                let store = mesgd_providers::builtin::Store::open(&db).map_err(|e| e.to_string())?;
+                let exists = store.user(&s("name")?).map_err(|e| e.to_string())?.is_some();
+                Ok(json!({ "exists": exists }))
+            }
             "mqtt_check" => {
                 let id = self.client_id("acl");
                 let mut o = v5::options(&id, self.mqtt_port);
@@ -423,6 +429,26 @@ async fn the_stats_stream_and_the_route_tester() {
         while let Some(_sample) = stream.chunk().await.expect("the stream ends cleanly") {}
     });
     ended.await;
+
+    // The console's own routes: the same page at every address, its files, nothing else.
+    for page in ["/console", "/console/", "/console/clients/mqtt/x", "/console/no/such/page"] {
+        let r = common::within("a page", client.get(format!("http://{http}{page}")).send()).await.unwrap();
+        assert_eq!(r.status(), 200, "{page}");
+        assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8", "{page}");
+        let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
+        assert!(csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(r.text().await.unwrap().contains("/console/assets/app.js"), "{page}");
+    }
+    let r = common::within("a file", client.get(format!("http://{http}/console/assets/app.js")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/javascript; charset=utf-8");
+    let r = common::within("a file", client.get(format!("http://{http}/console/assets/nope.js")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = common::within("a POST", client.post(format!("http://{http}/console")).send()).await.unwrap();
+    assert_eq!(r.status(), 405, "the console only answers GET and HEAD");
 
     // A stream's first event is a sample, with the retry hint.
     let mut streams = Vec::new();

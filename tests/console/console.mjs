@@ -140,6 +140,17 @@ try {
   check(/^Allowed: rule 1 /.test(verdicts[0]) && /^Denied: rule 2 /.test(verdicts[2]), 'the tester names the deciding rule');
   await axe('acl');
 
+  // -- A page of another origin (localhost, not 127.0.0.1) posting to the API is refused.
+  const evil = await context.newPage();
+  await evil.goto(BASE.replace('127.0.0.1', 'localhost') + '/console');
+  await evil.evaluate(async (target) => {
+    await fetch(target + '/api/v1/users', { method: 'POST', mode: 'no-cors', credentials: 'include',
+      headers: { 'Content-Type': 'text/plain' }, body: JSON.stringify({ username: 'mallory', password: 'x' }) }).catch(() => {});
+  }, BASE);
+  await evil.close();
+  check(!(await ask({ ask: 'user_exists', name: 'mallory' })).exists, 'a cross-origin POST to the API creates nothing');
+  check((await ask({ ask: 'user_exists', name: 'alice' })).exists, 'while the console\'s own POST did');
+
   // -- Clients: 10,000 of them, searched and paged by the server.
   await ask({ ask: 'bulk_clients', count: 10000 });
   await nav('Clients', 'Clients');
