@@ -269,6 +269,15 @@ try {
   await axe('phone');
   await page.setViewportSize({ width: 1280, height: 860 });
 
+  // -- A session that ends behind the page's back (here: its cookie is gone) leads to the login.
+  await context.clearCookies();
+  await nav('Users', 'Log in to mesgd');
+  await page.getByText('Your session ended: log in again.').waitFor();
+  check(true, 'a page whose session ended shows the login page and says why');
+  await logIn(PASSWORD);
+  await heading('Users');
+  check(true, 'logging in again lands on the page that was asked for');
+
   // -- Log out, then a lockout.
   await page.getByRole('button', { name: 'Log out' }).click();
   await heading('Log in to mesgd');

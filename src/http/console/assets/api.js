@@ -21,6 +21,9 @@ async function decode(response) {
   if (!response.ok) {
     const err = body && body.error;
     const code = (err && err.code) || 'http_' + response.status;
+    // The session ended (logged out elsewhere, idle, server restarted): the shell shows the
+    // login page, whichever page made the request.
+    if (code === 'unauthenticated') window.dispatchEvent(new CustomEvent('mesgd:unauthenticated'));
     const message = (err && (err.message || err)) || (typeof err === 'string' ? err : response.statusText);
     throw new ApiError(response.status, code, String(message), Number(response.headers.get('retry-after')) || null);
   }

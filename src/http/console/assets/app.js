@@ -44,7 +44,8 @@ export function navigate(path, replace) {
 
 // Handles an error of any page: a lost session goes back to the login page.
 export function handle(err, where) {
-  if (err instanceof ApiError && err.code === 'unauthenticated') { me = null; return route(); }
+  // A lost session is handled by the 'mesgd:unauthenticated' listener below.
+  if (err instanceof ApiError && err.code === 'unauthenticated') return;
   if (err instanceof ApiError && err.code === 'no_admin') { me = null; return route(); }
   const text = err instanceof ApiError ? `${err.message} (${err.code})` : String(err);
   (where || main()).append(message(text, 'error'));
@@ -171,5 +172,12 @@ document.addEventListener('click', (event) => {
   navigate(url.pathname + url.search);
 });
 window.addEventListener('popstate', () => route());
+// Only when logged in: while `who()` asks, `me` is null, so its own 401 does not loop back here.
+window.addEventListener('mesgd:unauthenticated', () => {
+  if (!me) return;
+  me = null;
+  setCsrf(null);
+  route().then(() => status('Your session ended: log in again.'));
+});
 document.getElementById('logout').addEventListener('click', logout);
 route();
