@@ -272,7 +272,7 @@ try {
   // -- A session that ends behind the page's back (here: its cookie is gone) leads to the login.
   await context.clearCookies();
   await nav('Users', 'Log in to mesgd');
-  await page.getByText('Your session ended: log in again.').waitFor();
+  await page.locator('#login-result').getByText('Your session ended: log in again.').waitFor();
   check(true, 'a page whose session ended shows the login page and says why');
   await logIn(PASSWORD);
   await heading('Users');

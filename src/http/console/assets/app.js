@@ -23,6 +23,8 @@ let me = null;
 // The first view of a load keeps the browser's own focus start (the skip link comes first);
 // later views move focus to the new content, as a page load would for a screen reader.
 let navigated = false;
+// Said on the next login page (why it is shown), then forgotten.
+let loginNotice = null;
 
 function showChrome(on) {
   document.getElementById('nav').hidden = !on;
@@ -118,6 +120,7 @@ function login(el) {
   showChrome(false);
   document.title = 'Log in · mesgd console';
   const result = h('div', { id: 'login-result' });
+  if (loginNotice) { result.append(message(loginNotice)); loginNotice = null; }
   const form = h('form', { class: 'card login', 'aria-labelledby': 'login-title' },
     h('h1', { id: 'login-title' }, 'Log in to mesgd'),
     field('Administrator name', 'username', { required: true, autocomplete: 'username' }),
@@ -177,7 +180,8 @@ window.addEventListener('mesgd:unauthenticated', () => {
   if (!me) return;
   me = null;
   setCsrf(null);
-  route().then(() => status('Your session ended: log in again.'));
+  loginNotice = 'Your session ended: log in again.';
+  route();
 });
 document.getElementById('logout').addEventListener('click', logout);
 route();
