@@ -99,7 +99,6 @@ try {
   await page.getByLabel('Password').fill('alice-pw-3x');
   await page.getByRole('button', { name: 'Add user' }).click();
   await heading('User alice');
-  await shot('04-users');
   for (const [pattern, permission] of [['sensors/%u/#', 'read'], ['#', 'deny']]) {
     await page.getByLabel(/Topic pattern/).fill(pattern);
     await page.getByLabel('Permission').selectOption(permission);
@@ -121,6 +120,9 @@ try {
   await page.getByRole('button', { name: 'Set password' }).click();
   await page.getByText('Password set').first().waitFor();
   await shot('05-user'); await axe('user');
+  await nav('Users', 'Users');
+  await page.getByRole('link', { name: 'alice', exact: true }).waitFor();
+  await shot('04-users'); await axe('users');
 
   await nav('ACL tester', 'ACL tester');
   const verdicts = [];
