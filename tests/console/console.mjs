@@ -116,6 +116,12 @@ try {
   await page.getByRole('button', { name: 'Enable' }).click();
   await page.waitForFunction(() => document.getElementById('user-state').textContent === 'enabled');
   check(true, 'a user is disabled and enabled again');
+  await page.getByRole('button', { name: 'Make it a certificate (x509) user' }).click();
+  await page.waitForFunction(() => document.getElementById('user-kind').textContent === 'certificate (x509)');
+  await page.getByLabel('Password for it').fill('alice-pw-3x');
+  await page.getByRole('button', { name: 'Make it a password user' }).click();
+  await page.waitForFunction(() => document.getElementById('user-kind').textContent === 'password');
+  check(true, 'a user is made a certificate user and a password user again');
   await page.getByLabel('New password').fill('alice-pw-4y');
   await page.getByRole('button', { name: 'Set password' }).click();
   await page.getByText('Password set').first().waitFor();

@@ -1,5 +1,5 @@
-// One builtin user: enable or disable, password, kind, unrestricted; its ACL rules in order
-// (first match wins) with insert, move up or down, and delete.
+// One builtin user: enable or disable, password, kind (password or certificate), unrestricted;
+// its ACL rules in order (first match wins) with insert, move up or down, and delete.
 
 import { api } from '../api.js';
 import { h, field, table, values, message, status } from '../ui.js';
@@ -17,7 +17,7 @@ export async function render(main, [name], me) {
   async function draw() {
     const [u, rules] = await Promise.all([api('GET', base), api('GET', base + '/rules?limit=1000')]);
     const facts = h('dl', { class: 'facts' },
-      h('dt', {}, 'Kind'), h('dd', {}, u.auth_type === 'x509' ? 'certificate (x509)' : 'password'),
+      h('dt', {}, 'Kind'), h('dd', { id: 'user-kind' }, u.auth_type === 'x509' ? 'certificate (x509)' : 'password'),
       h('dt', {}, 'State'), h('dd', { id: 'user-state' }, u.disabled ? 'disabled: cannot connect' : 'enabled'),
       h('dt', {}, 'Access'), h('dd', {}, u.unrestricted ? 'unrestricted: every topic' : 'decided by the rules below'));
     const toggle = h('button', { type: 'button', class: u.disabled ? '' : 'secondary', disabled: !admin,
@@ -35,6 +35,22 @@ export async function render(main, [name], me) {
         h('div', {}, h('button', { type: 'submit', disabled: !admin || u.auth_type === 'x509' }, 'Set password'))),
       u.auth_type === 'x509' ? h('p', { class: 'muted' }, 'A certificate user has no password.') : null);
     pw.addEventListener('submit', (e) => { e.preventDefault(); patch({ password: values(pw).password }, 'Password set'); });
+
+    const other = u.auth_type === 'x509' ? 'basic' : 'x509';
+    const kind = h('form', { class: 'card', 'aria-labelledby': 'kind-title' }, h('h2', { id: 'kind-title' }, 'Change the kind'),
+      h('p', { class: 'muted' }, other === 'x509'
+        ? 'A certificate user connects with a TLS client certificate whose Common Name is its name, and has no password.'
+        : 'A password user connects with its name and a password.'),
+      h('div', { class: 'row' },
+        other === 'basic' ? field('Password for it', 'password', { type: 'password', required: true, autocomplete: 'new-password' }) : null,
+        h('div', {}, h('button', { type: 'submit', class: 'secondary', disabled: !admin },
+          other === 'x509' ? 'Make it a certificate (x509) user' : 'Make it a password user'))));
+    kind.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const body = { auth_type: other };
+      if (other === 'basic') body.password = values(kind).password;
+      patch(body, other === 'x509' ? 'Now a certificate (x509) user' : 'Now a password user');
+    });
 
     const rows = rules.items.map((r, i) => h('tr', {},
       h('td', { class: 'num' }, r.position), h('td', {}, h('code', {}, r.pattern)), h('td', {}, r.permission),
@@ -60,7 +76,7 @@ export async function render(main, [name], me) {
     });
     main.replaceChildren(
       h('p', {}, h('a', { href: '/console/users' }, '← All users')),
-      h('h1', {}, `User ${u.username}`), facts, h('div', { class: 'actions' }, toggle, unrestricted, remove), result, pw,
+      h('h1', {}, `User ${u.username}`), facts, h('div', { class: 'actions' }, toggle, unrestricted, remove), result, pw, kind,
       h('h2', {}, 'ACL rules'),
       h('p', { class: 'muted' }, 'Checked in order; the first rule whose pattern matches decides. No match: deny. ',
         h('a', { href: `/console/acl?user=${encodeURIComponent(name)}` }, 'Test this user\'s access')),
