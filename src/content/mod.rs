@@ -149,7 +149,8 @@ impl Content {
         self.stopping.send_replace(true);
     }
 
-    fn stopping(&self) -> watch::Receiver<bool> {
+    /// Turns `true` when the server shuts down (long-lived HTTP answers end then too).
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stopping.subscribe()
     }
 }

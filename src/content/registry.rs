@@ -158,6 +158,25 @@ impl Registry {
     pub(crate) fn listeners(&self) -> usize {
         self.matcher.len()
     }
+
+    /// The route tester: the distinct listener paths `message` would reach, each with its
+    /// number of listeners, sorted by path, at most `max` of them (and whether more were cut).
+    /// Nothing is delivered and no counter moves.
+    pub(crate) fn reached_paths(&self, message: &Message<'_>, max: usize) -> (Vec<(String, usize)>, bool) {
+        let mut paths = std::collections::BTreeMap::<String, usize>::new();
+        let mut cut = false;
+        self.matcher.for_each_match_with_path(message, |_, path| {
+            let text = path.to_string();
+            if let Some(n) = paths.get_mut(&text) {
+                *n += 1;
+            } else if paths.len() < max {
+                paths.insert(text, 1);
+            } else {
+                cut = true;
+            }
+        });
+        (paths.into_iter().collect(), cut)
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +220,26 @@ mod tests {
         assert_eq!(queued(&lobby).await, [r#"{"kind":"chat","room":"lobby"}"#]);
         assert_eq!(queued(&other).await, Vec::<String>::new());
         assert_eq!(ContentStats::get(&r.stats.matches), 1);
+    }
+
+    #[tokio::test]
+    async fn the_route_tester_lists_each_reached_path_once_with_its_listeners_and_delivers_nothing() {
+        let r = registry(false);
+        let (a, b) = (listener(&r, "/kind=chat/room=lobby"), listener(&r, "/kind=chat/room=lobby"));
+        let any = listener(&r, "/kind=chat");
+        let _news = listener(&r, "/kind=news");
+        let message = Message::scan(br#"{"kind":"chat","room":"lobby","text":"hi"}"#).unwrap();
+        let (paths, cut) = r.reached_paths(&message, 10);
+        assert_eq!(paths, [("/kind=chat".to_owned(), 1), ("/kind=chat/room=lobby".to_owned(), 2)]);
+        assert!(!cut);
+        let (paths, cut) = r.reached_paths(&message, 1);
+        assert_eq!(paths.len(), 1, "capped at the limit");
+        assert!(cut, "and says so");
+        for e in [&a, &b, &any] {
+            assert_eq!(queued(e).await, Vec::<String>::new(), "nothing is delivered");
+        }
+        assert_eq!(ContentStats::get(&r.stats.messages_in), 0, "no counter moves");
+        assert_eq!(ContentStats::get(&r.stats.matches), 0);
     }
 
     #[tokio::test]

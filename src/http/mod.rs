@@ -6,11 +6,13 @@
 //!
 //! - [`ws`]: the generic WebSocket upgrade every WebSocket front end calls.
 //! - [`api`]: the REST API under `/api/v1`, with administrator authentication.
+//! - [`console`]: the web console at `/console`, a client of the REST API.
 //!
 //! The routes themselves live with their front ends (`crate::mqtt::ws` for MQTT over
 //! WebSocket); [`router`] assembles them per listener kind.
 
 pub(crate) mod api;
+pub(crate) mod console;
 pub(crate) mod ws;
 
 use std::net::SocketAddr;
@@ -51,6 +53,7 @@ pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Rou
             .route(MQTT_PATH, any(crate::mqtt::ws::route))
             .route(crate::metrics::route::PATH, axum::routing::get(crate::metrics::route::serve))
             .merge(api::router(ctx))
+            .merge(console::routes())
             .merge(crate::content::routes()),
         // The relay answers on every path: there is nothing else on its listener.
         ListenerKind::RelayWs => {

@@ -70,6 +70,8 @@ pub(crate) struct ApiState {
     idle: Duration,
     max_sessions: usize,
     max_body_bytes: usize,
+    /// Permits for the open statistics streams (`stream::MAX_STREAMS`).
+    pub(super) streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -128,6 +130,7 @@ impl ApiState {
             idle: Duration::from_secs(config.session_idle_timeout_s),
             max_sessions: config.max_sessions,
             max_body_bytes: config.max_body_bytes,
+            streams: Arc::new(tokio::sync::Semaphore::new(super::stream::MAX_STREAMS)),
         }
     }
 
@@ -171,6 +174,12 @@ impl ApiState {
         }
         session.last_seen = now;
         Some((id.to_owned(), session.admin.clone(), session.csrf.clone()))
+    }
+
+    /// Whether session `id` is still open and not idle too long, without touching it: a
+    /// long-lived answer (the statistics stream) ends with the session it was opened under.
+    pub(super) fn session_is_open(&self, id: &str, now: Instant) -> bool {
+        lock(&self.sessions).get(id).is_some_and(|s| now.duration_since(s.last_seen) < self.idle)
     }
 
     fn close_session(&self, id: &str) {

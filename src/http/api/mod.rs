@@ -12,6 +12,9 @@
 //! - `users`: builtin users, their ACL rules, and the ACL tester.
 //! - `broker`: sessions and clients, subscriptions, retained messages, the provider chain and
 //!   broker statistics.
+//! - `stream`: broker statistics as server-sent events, one sample a second (the console's
+//!   live chart).
+//! - `routing`: the content-routing route tester (which listener paths a JSON message reaches).
 //!
 //! Every change goes through the same [`Store`](mesgd_providers::builtin::Store) method the
 //! command line calls, then [`UserDirectory::sync`] so that the answer means the change is live
@@ -20,6 +23,8 @@
 mod auth;
 mod broker;
 mod openapi;
+mod routing;
+mod stream;
 mod users;
 
 use std::sync::Arc;
@@ -94,6 +99,8 @@ fn routes() -> OpenApiRouter<Arc<ServerContext>> {
         .routes(routes!(broker::get_retained, broker::delete_retained))
         .routes(routes!(broker::providers))
         .routes(routes!(broker::stats))
+        .routes(routes!(stream::stats_stream))
+        .routes(routes!(routing::route_test))
 }
 
 /// The one error shape: `{"error": {"code": "...", "message": "..."}}`.

@@ -40,6 +40,7 @@ pub(crate) type Document = ([(header::HeaderName, &'static str); 1], Bytes);
         (name = "sessions", description = "Sessions, connected clients and subscriptions"),
         (name = "retained", description = "Retained messages"),
         (name = "broker", description = "The provider chain and broker statistics"),
+        (name = "content", description = "Content routing: the route tester"),
     )
 )]
 struct Base;
