@@ -35,3 +35,8 @@ fn mqtt_roundtrip_corpus() {
 fn topic_filter_corpus() {
     replay("topic_filter", crate::topic::fuzzing::topic_filter);
 }
+
+#[test]
+fn cluster_subject_corpus() {
+    replay("cluster_subject", crate::cluster::fuzzing::subject_mapping);
+}

@@ -14,8 +14,9 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
+use crate::cluster::Interest;
 use crate::model::{Delivery, Message, QoS, SessionId, SharedRoute, SubscribeOptions, SubscriptionIds};
 use crate::session::{Enqueued, Session};
 use crate::sync::{read, write};
@@ -92,6 +93,9 @@ pub struct Router {
     shards: Box<[RwLock<SubscriptionTrie<FilterSubscribers>>]>,
     wildcard: RwLock<SubscriptionTrie<FilterSubscribers>>,
     count: AtomicUsize,
+    /// The cluster layer, told when a filter gains its first or loses its last subscriber;
+    /// unset on a single node.
+    interest: OnceLock<Arc<dyn Interest>>,
 }
 
 impl Default for Router {
@@ -117,6 +121,7 @@ impl Router {
             shards: (0..SHARDS).map(|_| RwLock::new(SubscriptionTrie::new())).collect(),
             wildcard: RwLock::new(SubscriptionTrie::new()),
             count: AtomicUsize::new(0),
+            interest: OnceLock::new(),
         }
     }
 
@@ -144,6 +149,7 @@ impl Router {
         options: SubscribeOptions,
     ) -> bool {
         let mut trie = write(self.shard_for_filter(filter.filter()));
+        let filters_before = trie.len();
         let entry = trie.entry(filter.filter());
         let list = match filter {
             SubscriptionFilter::Plain(_) => &mut entry.direct,
@@ -173,6 +179,11 @@ impl Router {
         } else {
             list.push(Subscriber { session: session.clone(), options, readable });
             self.count.fetch_add(1, Ordering::Relaxed);
+            if trie.len() > filters_before {
+                if let Some(interest) = self.interest.get() {
+                    interest.filter_added(filter.filter());
+                }
+            }
             false
         }
     }
@@ -181,7 +192,7 @@ impl Router {
     pub fn unsubscribe(&self, session: SessionId, filter: &SubscriptionFilter) -> bool {
         let mut removed = false;
         let mut trie = write(self.shard_for_filter(filter.filter()));
-        trie.remove_if(filter.filter(), |entry| {
+        let gone = trie.remove_if(filter.filter(), |entry| {
             match filter {
                 SubscriptionFilter::Plain(_) => removed = remove_member(&mut entry.direct, session),
                 SubscriptionFilter::Shared { group, .. } => {
@@ -195,10 +206,33 @@ impl Router {
             }
             entry.is_empty()
         });
+        if gone {
+            if let Some(interest) = self.interest.get() {
+                interest.filter_removed(filter.filter());
+            }
+        }
+        drop(trie);
         if removed {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
         removed
+    }
+
+    /// Installs the cluster layer's [`Interest`] (once; later calls do nothing): it is told of
+    /// every filter that has subscribers now, then of every change. All shards are locked while
+    /// it is installed, so no change falls between the two.
+    pub fn set_interest(&self, interest: &Arc<dyn Interest>) {
+        let shards: Vec<_> = self.shards.iter().chain(std::iter::once(&self.wildcard)).map(write).collect();
+        if self.interest.set(interest.clone()).is_err() {
+            return;
+        }
+        for shard in &shards {
+            shard.for_each(|text, _| {
+                if let Ok(filter) = TopicFilter::try_from(text) {
+                    interest.filter_added(&filter);
+                }
+            });
+        }
     }
 
     /// Delivers `message` to every matching subscription.
@@ -467,6 +501,41 @@ mod tests {
         );
         s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
         Arc::new(s)
+    }
+
+    /// Records what the router tells the cluster layer.
+    #[derive(Debug, Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Interest for Recorder {
+        fn filter_added(&self, filter: &TopicFilter) {
+            self.0.lock().unwrap().push(format!("+{filter}"));
+        }
+        fn filter_removed(&self, filter: &TopicFilter) {
+            self.0.lock().unwrap().push(format!("-{filter}"));
+        }
+    }
+
+    #[test]
+    fn interest_hears_first_subscriber_and_last_unsubscriber_of_each_filter() {
+        let router = Router::new();
+        let (a, b) = (session(1), session(2));
+        let q0 = SubscribeOptions::with_qos(QoS::AtMostOnce);
+        router.subscribe(&a, &sub("x/+"), q0);
+        let recorder = Arc::new(Recorder::default());
+        let installed: Arc<dyn Interest> = recorder.clone();
+        router.set_interest(&installed);
+        // What existed before is reported at installation.
+        router.subscribe(&b, &sub("x/+"), q0);
+        router.subscribe(&a, &sub("$share/g/y/#"), q0);
+        router.subscribe(&b, &sub("y/#"), q0);
+        router.subscribe(&a, &sub("x/+"), q0);
+        router.unsubscribe(a.id(), &sub("x/+"));
+        router.unsubscribe(b.id(), &sub("x/+"));
+        router.unsubscribe(a.id(), &sub("$share/g/y/#"));
+        router.unsubscribe(b.id(), &sub("y/#"));
+        router.unsubscribe(b.id(), &sub("y/#"));
+        assert_eq!(*recorder.0.lock().unwrap(), ["+x/+", "+y/#", "-x/+", "-y/#"]);
     }
 
     fn sub(f: &str) -> SubscriptionFilter {
