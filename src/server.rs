@@ -181,7 +181,8 @@ impl Server {
             Some(c) => {
                 let mut c = c.clone();
                 c.resolve_paths(&config.base_dir);
-                Some(Arc::new(mesgd_cluster::Cluster::start(&c, &broker).await?))
+                // Boxed: joining is a large future, and only clustered nodes pay for it.
+                Some(Arc::new(Box::pin(mesgd_cluster::Cluster::start(&c, &broker)).await?))
             }
             None => None,
         };

@@ -31,6 +31,8 @@ use crate::wire::{self, ExpiryAs};
 
 /// How long the duplicate filter waits for the other copies of a message.
 const DEDUPE_TTL: Duration = Duration::from_secs(5);
+/// How long the interest task waits before it tries a refused NATS subscription again.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(250);
 /// How many messages with copies still expected the duplicate filter remembers.
 const DEDUPE_CAPACITY: usize = 65_536;
 
@@ -132,8 +134,25 @@ impl Receiver {
             // A change is applied before more messages are read, so the trie is current.
             let changed = self.interest.changed.notified();
             if self.interest.generation() != *self.synced.borrow() {
-                self.reconcile(&mut active, &mut trie, &mut next_id, &tx).await;
+                let complete = self.reconcile(&mut active, &mut trie, &mut next_id, &tx).await;
                 ids = active.values().map(|a| a.id).collect();
+                if !complete {
+                    // NATS refused a subscription (disconnected): try again shortly, reading
+                    // what the others bring meanwhile.
+                    let retry = tokio::time::sleep(RESUBSCRIBE_AFTER);
+                    tokio::pin!(retry);
+                    loop {
+                        tokio::select! {
+                            () = &mut retry => break,
+                            incoming = rx.recv() => {
+                                let Some((id, message)) = incoming else { return };
+                                if ids.contains(&id) {
+                                    self.handle(message, &trie, &mut dedupe);
+                                }
+                            }
+                        }
+                    }
+                }
                 continue;
             }
             tokio::select! {
@@ -151,13 +170,16 @@ impl Receiver {
         }
     }
 
+    /// Subscribes and unsubscribes until NATS has what the interest table wants; returns
+    /// whether it got there (else the generation is not marked synced, and it is tried again).
     async fn reconcile(
         &self,
         active: &mut HashMap<String, Active>,
         trie: &mut SubscriptionTrie<u64>,
         next_id: &mut u64,
         tx: &mpsc::Sender<(u64, async_nats::Message)>,
-    ) {
+    ) -> bool {
+        let mut complete = true;
         let (generation, wanted) = self.interest.snapshot();
         let wanted: HashSet<String> = wanted.into_iter().collect();
         let gone: Vec<String> = active.keys().filter(|s| !wanted.contains(*s)).cloned().collect();
@@ -178,6 +200,7 @@ impl Receiver {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(subject, error = %e, "cluster: NATS subscribe failed");
+                    complete = false;
                     continue;
                 }
             };
@@ -200,8 +223,12 @@ impl Receiver {
         self.stats.subscriptions.store(active.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = self.client.flush().await {
             tracing::warn!(error = %e, "cluster: NATS flush failed");
+            complete = false;
         }
-        self.synced.send_replace(generation);
+        if complete {
+            self.synced.send_replace(generation);
+        }
+        complete
     }
 
     fn handle(&self, m: async_nats::Message, trie: &SubscriptionTrie<u64>, dedupe: &mut Dedupe) {
