@@ -217,3 +217,73 @@ async fn cluster_counters_are_in_the_metrics() {
     let text = single.server.as_ref().unwrap().context().metrics.encode();
     assert!(!text.contains("mesgd_cluster_"), "a single node has no cluster metrics");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_subscription_across_nodes_gives_each_message_to_one_member() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+    let c = node(&nats, "c", "").await;
+    // Group g has a member on a and one on b; a plain subscriber on b gets everything.
+    let (mut member_a, _) = v5::connect(v5::options("member-a", a.port())).await;
+    member_a.subscribe("$share/g/jobs/+", v5::QoS::AtLeastOnce).await;
+    let (mut member_b, _) = v5::connect(v5::options("member-b", b.port())).await;
+    member_b.subscribe("$share/g/jobs/+", v5::QoS::AtLeastOnce).await;
+    let (mut plain, _) = v5::connect(v5::options("plain", b.port())).await;
+    plain.subscribe("jobs/#", v5::QoS::AtLeastOnce).await;
+    for n in [&a, &b, &c] {
+        synced(n).await;
+    }
+    // Published on c (no member), and on a (a member's own node).
+    let (pub_c, _) = v5::connect(v5::options("pub-c", c.port())).await;
+    let (pub_a, _) = v5::connect(v5::options("pub-a", a.port())).await;
+    const N: usize = 60;
+    for i in 0..N {
+        let publisher = if i % 2 == 0 { &pub_c } else { &pub_a };
+        publisher.client.publish("jobs/x", v5::QoS::AtLeastOnce, false, i.to_string()).await.unwrap();
+    }
+    // The plain subscriber sees all of them: the end of the run.
+    let mut all = Vec::new();
+    while all.len() < N {
+        all.push(String::from_utf8(plain.next_publish().await.payload.to_vec()).unwrap());
+    }
+    all.sort();
+    let mut expected: Vec<String> = (0..N).map(|i| i.to_string()).collect();
+    expected.sort();
+    assert_eq!(all, expected);
+    // Every message reached exactly one member.
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let shared = || {
+        let (sa, sb) = (cluster(&a).stats(), cluster(&b).stats());
+        sa.shared_received.load(Ordering::Relaxed) + sb.shared_received.load(Ordering::Relaxed)
+    };
+    common::within("every shared message routed", async {
+        while shared() < N as u64 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let on_a = cluster(&a).stats().shared_received.load(Ordering::Relaxed) as usize;
+    for _ in 0..on_a {
+        got_a.push(String::from_utf8(member_a.next_publish().await.payload.to_vec()).unwrap());
+    }
+    for _ in 0..N - on_a {
+        got_b.push(String::from_utf8(member_b.next_publish().await.payload.to_vec()).unwrap());
+    }
+    assert!(
+        !got_a.is_empty() && !got_b.is_empty(),
+        "NATS split the group: {} / {}",
+        got_a.len(),
+        got_b.len()
+    );
+    let mut both: Vec<String> = got_a.iter().chain(&got_b).cloned().collect();
+    both.sort();
+    assert_eq!(both, expected, "each message to one member, none twice");
+    assert_eq!(shared(), N as u64);
+    // The last member on a leaves: its queue subscription goes, and b's member gets the rest.
+    member_a.client.unsubscribe("$share/g/jobs/+").await.unwrap();
+    member_a.next("UNSUBACK", |p| matches!(p, v5::Packet::UnsubAck(_)).then_some(())).await;
+    synced(&a).await;
+    pub_c.client.publish("jobs/x", v5::QoS::AtLeastOnce, false, "after").await.unwrap();
+    assert_eq!(&member_b.next_publish().await.payload[..], b"after");
+}

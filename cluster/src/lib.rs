@@ -9,7 +9,9 @@
 //!   (`retained`);
 //! - the router's [`Interest`](mesgd_core::cluster::Interest) seam: the filters this node has
 //!   subscribers for become NATS subscriptions (`interest`), and what they bring is routed
-//!   through the local router once (`live`).
+//!   through the local router once (`live`); each shared group with a member here becomes a
+//!   NATS queue subscription on a second connection, so each message reaches one member in the
+//!   whole cluster.
 //!
 //! The subject mapping is `mesgd_core::cluster::subject`; the header format is `wire`;
 //! `docs/cluster.md` describes the whole design, its consistency and its failure modes.
@@ -74,9 +76,11 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Cluster {
     client: async_nats::Client,
+    group_client: async_nats::Client,
     stats: Arc<ClusterStats>,
     interest: Arc<interest::InterestTable>,
     synced: watch::Receiver<u64>,
+    groups_synced: watch::Receiver<u64>,
     retained_applied: watch::Receiver<u64>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -88,7 +92,7 @@ impl Cluster {
     pub async fn start(config: &ClusterConfig, broker: &Arc<Broker>) -> Result<Cluster, StartError> {
         config.validate()?;
         let stats = Arc::new(ClusterStats::default());
-        let client = connect(config, &stats).await?;
+        let client = connect(config, &stats, true).await?;
         let js = async_nats::jetstream::new(client.clone());
         let stream = retained::stream(&js, &config.retained_stream, config.retained_replicas).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
@@ -117,8 +121,20 @@ impl Cluster {
             capacity,
             synced: synced_tx,
         };
+        // Shared groups' queue subscriptions, on a connection without no_echo.
+        let group_client = connect(config, &stats, false).await?;
+        let (groups_synced_tx, groups_synced) = watch::channel(0);
+        let group_receiver = live::GroupReceiver {
+            client: group_client.clone(),
+            broker: broker.clone(),
+            interest: interest.clone(),
+            stats: stats.clone(),
+            capacity,
+            synced: groups_synced_tx,
+        };
         let tasks = vec![
             tokio::spawn(receiver.run()),
+            tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
             tokio::spawn(retained::store_loop(js, broker.clone(), me, retained_rx, stats.clone())),
         ];
@@ -130,7 +146,16 @@ impl Cluster {
             stats: stats.clone(),
         }));
         tracing::info!(node = config.node, servers = ?config.nats, "joined the cluster");
-        Ok(Cluster { client, stats, interest, synced, retained_applied, tasks: std::sync::Mutex::new(tasks) })
+        Ok(Cluster {
+            client,
+            group_client,
+            stats,
+            interest,
+            synced,
+            groups_synced,
+            retained_applied,
+            tasks: std::sync::Mutex::new(tasks),
+        })
     }
 
     /// The counters.
@@ -143,8 +168,9 @@ impl Cluster {
     /// a NATS cluster, interest still takes a moment to reach the other servers.)
     pub async fn interest_synced(&self) {
         let wanted = self.interest.generation();
-        let mut synced = self.synced.clone();
-        let _ = synced.wait_for(|&g| g >= wanted).await;
+        for synced in [&self.synced, &self.groups_synced] {
+            let _ = synced.clone().wait_for(|&g| g >= wanted).await;
+        }
     }
 
     /// How many retained changes this node has applied from the stream: rises with each.
@@ -156,21 +182,28 @@ impl Cluster {
     /// neither sends nor receives cluster traffic.
     pub async fn shutdown(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.group_client.flush()).await;
         for t in mesgd_core::sync::lock(&self.tasks).drain(..) {
             t.abort();
         }
     }
 }
 
+/// A connection to NATS; `no_echo` for the one that publishes (this node delivers its own
+/// publishes locally: NATS must not hand them back).
 async fn connect(
     config: &ClusterConfig,
     stats: &Arc<ClusterStats>,
+    no_echo: bool,
 ) -> Result<async_nats::Client, StartError> {
     let events = stats.clone();
-    let mut options = ConnectOptions::new()
-        .name(format!("mesgd-{}", config.node))
-        // This node delivers its own publishes locally: NATS must not hand them back.
-        .no_echo()
+    let name =
+        if no_echo { format!("mesgd-{}", config.node) } else { format!("mesgd-{}-shared", config.node) };
+    let mut options = ConnectOptions::new().name(name);
+    if no_echo {
+        options = options.no_echo();
+    }
+    let mut options = options
         .connection_timeout(Duration::from_millis(config.connect_timeout_ms))
         .event_callback(move |event| {
             let stats = events.clone();

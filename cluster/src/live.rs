@@ -21,11 +21,12 @@ use mesgd_core::broker::{Broker, Forward};
 use mesgd_core::cluster::dedupe::Dedupe;
 use mesgd_core::cluster::subject::{LIVE, subject_as_filter};
 use mesgd_core::model::Message;
+use mesgd_core::topic::TopicFilter;
 use mesgd_core::trie::SubscriptionTrie;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::interest::InterestTable;
+use crate::interest::{GroupTarget, InterestTable, QueueSub};
 use crate::stats::ClusterStats;
 use crate::wire::{self, ExpiryAs};
 
@@ -37,8 +38,8 @@ const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(250);
 const DEDUPE_CAPACITY: usize = 65_536;
 
 /// Whether a topic stays on its node: `$SYS/...` holds each node's own statistics.
-fn node_local(message: &Message) -> bool {
-    let t = message.topic.as_str();
+pub(crate) fn node_local(topic: &mesgd_core::topic::TopicName) -> bool {
+    let t = topic.as_str();
     t == "$SYS" || t.starts_with("$SYS/")
 }
 
@@ -52,7 +53,7 @@ pub(crate) struct Forwarder {
 
 impl Forward for Forwarder {
     fn forward(&self, message: &Arc<Message>) {
-        if node_local(message) {
+        if node_local(&message.topic) {
             return;
         }
         if self.live.try_send(message.clone()).is_err() {
@@ -103,7 +104,44 @@ pub(crate) async fn send_loop(
 /// One active NATS subscription.
 struct Active {
     id: u64,
+    forwarding: Forwarding,
+}
+
+/// A task that hands what one NATS subscription brings to a receiving task.
+struct Forwarding {
+    stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+}
+
+impl Forwarding {
+    fn spawn(
+        mut subscriber: async_nats::Subscriber,
+        mut forward: impl FnMut(async_nats::Message) + Send + 'static,
+    ) -> Self {
+        let (stop, mut stopped) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    next = subscriber.next() => match next {
+                        Some(m) => forward(m),
+                        None => return,
+                    },
+                    _ = &mut stopped => {
+                        let _ = subscriber.unsubscribe().await;
+                        return;
+                    }
+                }
+            }
+        });
+        Forwarding { stop, task }
+    }
+
+    /// Unsubscribes and waits (bounded) until the UNSUB is queued on the connection, so that a
+    /// flush after it confirms the server has it.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.task).await;
+    }
 }
 
 /// The receiving side: keeps NATS subscriptions equal to the interest table, and routes what
@@ -185,8 +223,7 @@ impl Receiver {
         let gone: Vec<String> = active.keys().filter(|s| !wanted.contains(*s)).cloned().collect();
         for subject in gone {
             if let Some(a) = active.remove(&subject) {
-                // Dropping the subscriber (with its task) unsubscribes.
-                a.task.abort();
+                a.forwarding.stop().await;
             }
             if let Some(filter) = subject_as_filter(&LIVE, &subject) {
                 trie.remove_if(&filter, |_| true);
@@ -196,7 +233,7 @@ impl Receiver {
             if active.contains_key(&subject) {
                 continue;
             }
-            let mut subscriber = match self.client.subscribe(subject.clone()).await {
+            let subscriber = match self.client.subscribe(subject.clone()).await {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(subject, error = %e, "cluster: NATS subscribe failed");
@@ -208,17 +245,15 @@ impl Receiver {
             let id = *next_id;
             let tx = tx.clone();
             let stats = self.stats.clone();
-            let task = tokio::spawn(async move {
-                while let Some(m) = subscriber.next().await {
-                    if let Err(mpsc::error::TrySendError::Full((_, _))) = tx.try_send((id, m)) {
-                        ClusterStats::add(&stats.receive_queue_full, 1);
-                    }
+            let forwarding = Forwarding::spawn(subscriber, move |m| {
+                if let Err(mpsc::error::TrySendError::Full((_, _))) = tx.try_send((id, m)) {
+                    ClusterStats::add(&stats.receive_queue_full, 1);
                 }
             });
             if let Some(filter) = subject_as_filter(&LIVE, &subject) {
                 *trie.entry(&filter) = id;
             }
-            active.insert(subject, Active { id, task });
+            active.insert(subject, Active { id, forwarding });
         }
         self.stats.subscriptions.store(active.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = self.client.flush().await {
@@ -275,6 +310,98 @@ impl Receiver {
             Err(e) => {
                 ClusterStats::add(&self.stats.decode_errors, 1);
                 tracing::debug!(error = %e, "cluster: unreadable message");
+            }
+        }
+    }
+}
+
+/// The shared-subscription side: one NATS queue subscription per shared group and subject
+/// while the group has a member here, on a connection of its own (the main one sets
+/// `no_echo`, and a queue group must be able to pick this node for its own publishes). Each
+/// message goes to one member of the one group its queue subscription stands for.
+pub(crate) struct GroupReceiver {
+    pub(crate) client: Client,
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) interest: Arc<InterestTable>,
+    pub(crate) stats: Arc<ClusterStats>,
+    pub(crate) capacity: usize,
+    pub(crate) synced: watch::Sender<u64>,
+}
+
+impl GroupReceiver {
+    pub(crate) async fn run(self) {
+        type Incoming = (Arc<str>, TopicFilter, async_nats::Message);
+        let (tx, mut rx) = mpsc::channel::<Incoming>(self.capacity);
+        let mut active: HashMap<QueueSub, Forwarding> = HashMap::new();
+        loop {
+            let changed = self.interest.changed_groups.notified();
+            if self.interest.generation() != *self.synced.borrow() {
+                let (generation, wanted) = self.interest.group_snapshot();
+                let wanted: HashMap<QueueSub, GroupTarget> = wanted.into_iter().collect();
+                let gone: Vec<QueueSub> =
+                    active.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+                for key in gone {
+                    if let Some(f) = active.remove(&key) {
+                        f.stop().await;
+                    }
+                }
+                let mut complete = true;
+                for (key, (group, filter)) in wanted {
+                    if active.contains_key(&key) {
+                        continue;
+                    }
+                    let (subject, queue) = key.clone();
+                    let subscriber = match self.client.queue_subscribe(subject, queue).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cluster: NATS queue subscribe failed");
+                            complete = false;
+                            continue;
+                        }
+                    };
+                    let tx = tx.clone();
+                    let stats = self.stats.clone();
+                    let forwarding = Forwarding::spawn(subscriber, move |m| {
+                        if tx.try_send((group.clone(), filter.clone(), m)).is_err() {
+                            ClusterStats::add(&stats.receive_queue_full, 1);
+                        }
+                    });
+                    active.insert(key, forwarding);
+                }
+                complete &= self.client.flush().await.is_ok();
+                if complete {
+                    self.synced.send_replace(generation);
+                } else {
+                    tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                }
+                continue;
+            }
+            tokio::select! {
+                () = changed => {}
+                incoming = rx.recv() => {
+                    let Some((group, filter, m)) = incoming else { return };
+                    self.handle(m, &group, &filter);
+                }
+            }
+        }
+    }
+
+    fn handle(&self, m: async_nats::Message, group: &str, filter: &TopicFilter) {
+        let async_nats::Message { subject, payload, headers, .. } = m;
+        let decoded = LIVE.parse_topic(subject.as_str()).map_err(wire::WireError::from).and_then(|topic| {
+            let headers = headers.as_ref().ok_or(wire::WireError::Missing("Mesgd-Node"))?;
+            let sender = wire::sender(headers)?;
+            let now = tokio::time::Instant::now().into_std();
+            wire::decode(topic, payload, headers, &sender, now, |at| self.broker.instant_of(at))
+        });
+        match decoded {
+            Ok(message) => {
+                ClusterStats::add(&self.stats.shared_received, 1);
+                self.broker.publish_remote_shared(message, group, filter);
+            }
+            Err(e) => {
+                ClusterStats::add(&self.stats.decode_errors, 1);
+                tracing::debug!(error = %e, "cluster: unreadable shared message");
             }
         }
     }

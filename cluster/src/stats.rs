@@ -18,6 +18,8 @@ pub struct ClusterStats {
     pub publish_errors: AtomicU64,
     /// Messages from other nodes routed here.
     pub received: AtomicU64,
+    /// Messages delivered to a shared group here because its NATS queue group chose this node.
+    pub shared_received: AtomicU64,
     /// Copies of a message from another node dropped because an overlapping subscription of
     /// this node brought it already.
     pub duplicates_dropped: AtomicU64,

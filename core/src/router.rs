@@ -73,6 +73,17 @@ thread_local! {
     static TARGETS: RefCell<Vec<Target>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Which subscriptions one routing reaches.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// Plain subscriptions and shared groups.
+    All,
+    /// Plain subscriptions only.
+    Direct,
+    /// One member of one shared group: its name and filter.
+    Group(&'a str, &'a TopicFilter),
+}
+
 /// What routing one message did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouteStats {
@@ -164,6 +175,9 @@ impl Router {
                             members: Vec::new(),
                             cursor: AtomicUsize::new(0),
                         });
+                        if let Some(interest) = self.interest.get() {
+                            interest.group_added(group, filter.filter());
+                        }
                         entry.groups.len() - 1
                     }
                 };
@@ -200,6 +214,9 @@ impl Router {
                         removed = remove_member(&mut entry.groups[i].members, session);
                         if entry.groups[i].members.is_empty() {
                             entry.groups.swap_remove(i);
+                            if let Some(interest) = self.interest.get() {
+                                interest.group_removed(group, filter.filter());
+                            }
                         }
                     }
                 }
@@ -227,33 +244,70 @@ impl Router {
             return;
         }
         for shard in &shards {
-            shard.for_each(|text, _| {
+            shard.for_each(|text, entry| {
                 if let Ok(filter) = TopicFilter::try_from(text) {
                     interest.filter_added(&filter);
+                    for group in &entry.groups {
+                        interest.group_added(&group.name, &filter);
+                    }
                 }
             });
         }
     }
 
-    /// Delivers `message` to every matching subscription.
+    /// Delivers `message` to every matching subscription. When a cluster layer delivers shared
+    /// subscriptions itself ([`Interest::routes_groups`]), shared groups are left out: the
+    /// message reaches them through [`Router::route_to_group`], once in the whole cluster.
     pub fn route(&self, message: &Arc<Message>) -> RouteStats {
+        let groups = !self.interest.get().is_some_and(|i| i.routes_groups(&message.topic));
+        self.route_scoped(message, if groups { Scope::All } else { Scope::Direct })
+    }
+
+    /// Delivers a message from another node to this node's matching plain subscriptions only
+    /// (shared groups get theirs through [`Router::route_to_group`]).
+    pub fn route_direct(&self, message: &Arc<Message>) -> RouteStats {
+        self.route_scoped(message, Scope::Direct)
+    }
+
+    /// Delivers a message to one member of this node's shared group `group` on `filter`, as
+    /// a cluster layer decided (a NATS queue group picked this node).
+    pub fn route_to_group(&self, message: &Arc<Message>, group: &str, filter: &TopicFilter) -> RouteStats {
+        self.route_scoped(message, Scope::Group(group, filter))
+    }
+
+    fn route_scoped(&self, message: &Arc<Message>, scope: Scope<'_>) -> RouteStats {
         TARGETS.with(|cell| {
             let Ok(mut targets) = cell.try_borrow_mut() else {
                 // Re-entered from inside a delivery (cannot happen today): use a fresh buffer.
-                return self.route_with(message, &mut Vec::new());
+                return self.route_with(message, &mut Vec::new(), scope);
             };
-            let stats = self.route_with(message, &mut targets);
+            let stats = self.route_with(message, &mut targets, scope);
             targets.clear();
             stats
         })
     }
 
-    fn route_with(&self, message: &Arc<Message>, targets: &mut Vec<Target>) -> RouteStats {
+    fn route_with(&self, message: &Arc<Message>, targets: &mut Vec<Target>, scope: Scope<'_>) -> RouteStats {
         let topic = &message.topic;
-        let first = topic.as_str().split('/').next().unwrap_or("");
-        let mut filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, targets);
-        if !topic.is_dollar() {
-            filters += collect(&read(&self.wildcard), topic, message.qos, targets);
+        let groups = matches!(scope, Scope::All);
+        let mut filters = 0;
+        if let Scope::Group(name, filter) = scope {
+            let trie = read(self.shard_for_filter(filter));
+            let group = trie.get(filter).and_then(|e| e.groups.iter().find(|g| &*g.name == name));
+            if let Some(member) = group
+                .filter(|_| filter.matches(topic))
+                .and_then(|g| pick_member(g, None, false).map(|m| (m, g)))
+            {
+                let (m, g) = member;
+                let route = SharedRoute { group: g.name.clone(), subscription: g.subscription.clone() };
+                targets.push(target(m, message.qos, Some(route)));
+            }
+        } else {
+            let first = topic.as_str().split('/').next().unwrap_or("");
+            filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, groups, targets);
+            if !topic.is_dollar() {
+                filters += collect(&read(&self.wildcard), topic, message.qos, groups, targets);
+            }
         }
         // A session appears at most once among one filter's direct subscribers, so a publish
         // that matched a single filter (a 1:1 topic, or a fan-out to its many subscribers)
@@ -389,6 +443,7 @@ fn collect(
     trie: &SubscriptionTrie<FilterSubscribers>,
     topic: &TopicName,
     qos: QoS,
+    groups: bool,
     out: &mut Vec<Target>,
 ) -> usize {
     let mut filters = 0;
@@ -396,6 +451,9 @@ fn collect(
         filters += 1;
         for s in &entry.direct {
             out.push(target(s, qos, None));
+        }
+        if !groups {
+            return;
         }
         for group in &entry.groups {
             if let Some(member) = pick_member(group, None, false) {
@@ -536,6 +594,24 @@ mod tests {
         router.unsubscribe(b.id(), &sub("y/#"));
         router.unsubscribe(b.id(), &sub("y/#"));
         assert_eq!(*recorder.0.lock().unwrap(), ["+x/+", "+y/#", "-x/+", "-y/#"]);
+    }
+
+    #[test]
+    fn scoped_routing_reaches_plain_subscribers_or_one_group_member() {
+        let router = Router::new();
+        let (a, b, c) = (session(1), session(2), session(3));
+        let q0 = SubscribeOptions::with_qos(QoS::AtMostOnce);
+        router.subscribe(&a, &sub("t/+"), q0);
+        router.subscribe(&b, &sub("$share/g/t/+"), q0);
+        router.subscribe(&c, &sub("$share/g/t/+"), q0);
+        let m = msg("t/1", QoS::AtMostOnce, None);
+        assert_eq!(router.route(&m).delivered, 2, "the plain subscriber and one member");
+        assert_eq!(router.route_direct(&m).delivered, 1, "the plain subscriber only");
+        let f = TopicFilter::try_from("t/+").unwrap();
+        assert_eq!(router.route_to_group(&m, "g", &f).delivered, 1, "one member");
+        assert_eq!(router.route_to_group(&m, "other", &f).delivered, 0);
+        let elsewhere = msg("u/1", QoS::AtMostOnce, None);
+        assert_eq!(router.route_to_group(&elsewhere, "g", &f).delivered, 0, "the filter must match");
     }
 
     fn sub(f: &str) -> SubscriptionFilter {

@@ -12,7 +12,7 @@ use crate::journal::Change;
 use crate::model::{Message, Will};
 use crate::retained::RetainChange;
 use crate::router::RouteStats;
-use crate::topic::TopicName;
+use crate::topic::{TopicFilter, TopicName};
 
 /// Why a client's publish was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -129,7 +129,18 @@ impl Broker {
     /// only routed, never stored or forwarded again.
     pub fn publish_remote(&self, message: Message) -> RouteStats {
         debug_assert!(message.origin.node.is_some(), "a remote message names its node");
-        let stats = self.router.route(&Arc::new(message));
+        let stats = self.router.route_direct(&Arc::new(message));
+        self.count_routing(stats)
+    }
+
+    /// Routes a message that another node (or this one) published to one member of this
+    /// node's shared group `group` on `filter`: the cluster chose this node for it.
+    pub fn publish_remote_shared(&self, message: Message, group: &str, filter: &TopicFilter) -> RouteStats {
+        let stats = self.router.route_to_group(&Arc::new(message), group, filter);
+        self.count_routing(stats)
+    }
+
+    fn count_routing(&self, stats: RouteStats) -> RouteStats {
         if stats.dropped > 0 {
             self.stats.dropped(DropReason::QueueFull, stats.dropped as u64);
         }

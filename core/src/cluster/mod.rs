@@ -21,7 +21,7 @@ pub mod fuzzing;
 
 use std::fmt;
 
-use crate::topic::TopicFilter;
+use crate::topic::{TopicFilter, TopicName};
 
 /// Told when the router gains its first subscriber to a filter (plain or shared) and when it
 /// loses its last, so that a cluster layer subscribes the node to the matching subjects.
@@ -33,4 +33,19 @@ pub trait Interest: Send + Sync + fmt::Debug {
     fn filter_added(&self, filter: &TopicFilter);
     /// The router no longer has any subscriber to `filter`.
     fn filter_removed(&self, filter: &TopicFilter);
+    /// The router now has a member of shared group `group` on `filter`, and had none.
+    fn group_added(&self, group: &str, filter: &TopicFilter) {
+        let _ = (group, filter);
+    }
+    /// The router's last member of shared group `group` on `filter` left.
+    fn group_removed(&self, group: &str, filter: &TopicFilter) {
+        let _ = (group, filter);
+    }
+    /// Whether the cluster layer delivers `topic`'s messages to shared subscriptions itself
+    /// (one member in the whole cluster per message): the router then leaves groups out of a
+    /// local publish to it.
+    fn routes_groups(&self, topic: &TopicName) -> bool {
+        let _ = topic;
+        false
+    }
 }

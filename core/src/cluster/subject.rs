@@ -269,6 +269,15 @@ fn decode_token(token: &str, index: usize, out: &mut Vec<u8>) -> Result<(), Subj
     Ok(())
 }
 
+/// The NATS queue group of shared subscription `$share/<group>/<filter>`: one token of the
+/// mapping's alphabet (`-`, `_`, letters, digits, `%XX`), distinct for every group and filter.
+pub fn queue_name(group: &str, filter: &TopicFilter) -> String {
+    // A share name holds no '/', so the first (escaped) '/' ends it.
+    let mut out = String::from("mesgd_");
+    push_level(&mut out, &format!("{group}/{filter}"));
+    out
+}
+
 /// NATS subject matching: whether subscription subject `pattern` (with `*` and `>` wildcards)
 /// matches the literal `subject`, as nats-server decides it. The mapping's tests use it as the
 /// oracle; the cluster uses it nowhere on the hot path.
