@@ -89,6 +89,9 @@ pub struct Config {
     /// The JSON relay (`relay-tcp`, `relay-ws`, `relay-udp` listeners).
     #[serde(default)]
     pub relay: crate::relay::RelayConfig,
+    /// `[cluster]`: join other nodes over NATS (docs/cluster.md). Absent: a single node.
+    #[serde(default)]
+    pub cluster: Option<mesgd_cluster::ClusterConfig>,
     /// The directory relative paths in the file are resolved against: the config file's own
     /// directory, or the working directory for the embedded default.
     #[serde(skip)]
@@ -331,6 +334,9 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(Err(e)) = self.cluster.as_ref().map(mesgd_cluster::ClusterConfig::validate) {
+            return Err(invalid("cluster", e.to_string()));
+        }
         if self.listeners.is_empty() {
             return Err(invalid("listeners", "at least one [[listeners]] table is required"));
         }

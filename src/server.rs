@@ -24,6 +24,7 @@ use crate::config::{Config, ListenerKind};
 use crate::context::ServerContext;
 use crate::listener::{self, Connections, Endpoint};
 use crate::metrics::broker::BrokerCollector;
+use crate::metrics::cluster::ClusterCollector;
 use crate::metrics::content::ContentCollector;
 use crate::metrics::relay::RelayCollector;
 use crate::persist::{self, WriterHandle};
@@ -77,6 +78,9 @@ pub enum StartError {
     /// The relay's configuration refers to something unusable (the TURN secret file).
     #[error(transparent)]
     Relay(crate::config::ConfigError),
+    /// `[cluster]` is set but the node cannot join (NATS unreachable, JetStream off).
+    #[error(transparent)]
+    Cluster(#[from] mesgd_cluster::StartError),
     /// The storage directory is unusable.
     #[error("storage directory {dir}: {source}")]
     Storage {
@@ -108,6 +112,7 @@ pub struct Server {
     connections: Arc<Connections>,
     tls: Vec<Arc<ReloadableAcceptor>>,
     persistence: Option<WriterHandle>,
+    cluster: Option<Arc<mesgd_cluster::Cluster>>,
 }
 
 /// The token `/metrics` requires, from `[http] metrics_token` or `metrics_token_file`.
@@ -170,6 +175,17 @@ impl Server {
             restored_relay = p.relay;
             p.writer
         });
+        // After the restore, so the restored subscriptions become NATS interest; before the
+        // listeners, so the first client already sees the cluster's retained messages.
+        let cluster = match &config.cluster {
+            Some(c) => {
+                let mut c = c.clone();
+                c.resolve_paths(&config.base_dir);
+                // Boxed: joining is a large future, and only clustered nodes pay for it.
+                Some(Arc::new(Box::pin(mesgd_cluster::Cluster::start(&c, &broker)).await?))
+            }
+            None => None,
+        };
         let content = crate::content::Content::open(&config)?;
         let ctx = Arc::new(ServerContext::new(&config, broker.clone(), chain, services, content));
         ctx.metrics.register_collector(Box::new(BrokerCollector::new(
@@ -180,6 +196,9 @@ impl Server {
         )));
         ctx.metrics.register_collector(Box::new(ContentCollector::new(Arc::downgrade(&ctx))));
         ctx.metrics.register_collector(Box::new(RelayCollector::new(Arc::downgrade(&ctx))));
+        if let Some(cluster) = &cluster {
+            ctx.metrics.register_collector(Box::new(ClusterCollector::new(cluster.stats().clone())));
+        }
         if let Some(token) = metrics_token(&config)? {
             ctx.metrics.require_token(token);
         }
@@ -238,7 +257,7 @@ impl Server {
             let interval = Duration::from_secs(config.mqtt.sys_interval);
             tasks.push(tokio::spawn(crate::relay::sys::sys_loop(ctx.clone(), interval, stopped.clone())));
         }
-        Ok(Server { ctx, listeners, tasks, stop, connections, tls: acceptors, persistence })
+        Ok(Server { ctx, listeners, tasks, stop, connections, tls: acceptors, persistence, cluster })
     }
 
     /// Re-reads every listener's TLS certificate and key (on SIGHUP). Established connections
@@ -260,6 +279,11 @@ impl Server {
     /// What every front end shares: the broker, the chain, the providers' services.
     pub fn context(&self) -> &Arc<ServerContext> {
         &self.ctx
+    }
+
+    /// The node's cluster membership, with `[cluster]`.
+    pub fn cluster(&self) -> Option<&Arc<mesgd_cluster::Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// Every bound listener.
@@ -302,6 +326,9 @@ impl Server {
         }
         for t in self.tasks {
             t.abort();
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.shutdown().await;
         }
         if let Some(writer) = self.persistence {
             // The last changes (wills, session ends) are written before the process exits.

@@ -30,7 +30,9 @@ fn section(name: &str) -> String {
     let mut inside = name.is_empty();
     for line in REFERENCE.lines() {
         let trimmed = line.trim_start_matches('#').trim();
-        let is_header = line.starts_with('[') && trimmed.ends_with(']');
+        // A table that is off unless configured (`[cluster]`) is documented commented out.
+        let is_header = (line.starts_with('[') || (line.starts_with("# [") && !line.starts_with("# [[")))
+            && trimmed.ends_with(']');
         if is_header {
             let header = trimmed.trim_matches(|c| c == '[' || c == ']');
             inside = header == name;

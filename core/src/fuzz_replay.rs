@@ -40,3 +40,8 @@ fn topic_filter_corpus() {
 fn websocket_frames_corpus() {
     replay("websocket_frames", crate::websocket::fuzzing::decode_stream);
 }
+
+#[test]
+fn cluster_subject_corpus() {
+    replay("cluster_subject", crate::cluster::fuzzing::subject_mapping);
+}

@@ -35,6 +35,8 @@
 //! - [`sync`]: the poison-recovering lock helpers.
 //! - [`histogram`]: the lock-free fixed-bucket latency histogram (authentication, journal
 //!   commits) that the metrics exporter reads.
+//! - [`cluster`]: the sans-I/O parts of a cluster over NATS — the topic → subject mapping, the
+//!   duplicate filter for overlapping subscriptions, and the router's [`cluster::Interest`] seam.
 //! - [`relay`]: the sans-I/O JSON relay — framing, the message catalogue, address rules and key
 //!   proof, and the relay's own state (offline queues, rooms, pipes, matchmaking, rate limits).
 //! - [`websocket`]: the server side of WebSocket framing (RFC 6455) — a decoder that holds no
@@ -44,6 +46,7 @@
 pub mod acl;
 pub mod auth;
 pub mod broker;
+pub mod cluster;
 pub mod content;
 pub mod histogram;
 pub mod journal;

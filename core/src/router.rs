@@ -14,8 +14,9 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
+use crate::cluster::Interest;
 use crate::model::{Delivery, Message, QoS, SessionId, SharedRoute, SubscribeOptions, SubscriptionIds};
 use crate::session::{Enqueued, Session};
 use crate::sync::{read, write};
@@ -72,6 +73,17 @@ thread_local! {
     static TARGETS: RefCell<Vec<Target>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Which subscriptions one routing reaches.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// Plain subscriptions and shared groups.
+    All,
+    /// Plain subscriptions only.
+    Direct,
+    /// One member of one shared group: its name and filter.
+    Group(&'a str, &'a TopicFilter),
+}
+
 /// What routing one message did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouteStats {
@@ -92,6 +104,9 @@ pub struct Router {
     shards: Box<[RwLock<SubscriptionTrie<FilterSubscribers>>]>,
     wildcard: RwLock<SubscriptionTrie<FilterSubscribers>>,
     count: AtomicUsize,
+    /// The cluster layer, told when a filter gains its first or loses its last subscriber;
+    /// unset on a single node.
+    interest: OnceLock<Arc<dyn Interest>>,
 }
 
 impl Default for Router {
@@ -117,6 +132,7 @@ impl Router {
             shards: (0..SHARDS).map(|_| RwLock::new(SubscriptionTrie::new())).collect(),
             wildcard: RwLock::new(SubscriptionTrie::new()),
             count: AtomicUsize::new(0),
+            interest: OnceLock::new(),
         }
     }
 
@@ -144,6 +160,7 @@ impl Router {
         options: SubscribeOptions,
     ) -> bool {
         let mut trie = write(self.shard_for_filter(filter.filter()));
+        let filters_before = trie.len();
         let entry = trie.entry(filter.filter());
         let list = match filter {
             SubscriptionFilter::Plain(_) => &mut entry.direct,
@@ -158,6 +175,9 @@ impl Router {
                             members: Vec::new(),
                             cursor: AtomicUsize::new(0),
                         });
+                        if let Some(interest) = self.interest.get() {
+                            interest.group_added(group, filter.filter());
+                        }
                         entry.groups.len() - 1
                     }
                 };
@@ -173,6 +193,11 @@ impl Router {
         } else {
             list.push(Subscriber { session: session.clone(), options, readable });
             self.count.fetch_add(1, Ordering::Relaxed);
+            if trie.len() > filters_before {
+                if let Some(interest) = self.interest.get() {
+                    interest.filter_added(filter.filter());
+                }
+            }
             false
         }
     }
@@ -181,7 +206,7 @@ impl Router {
     pub fn unsubscribe(&self, session: SessionId, filter: &SubscriptionFilter) -> bool {
         let mut removed = false;
         let mut trie = write(self.shard_for_filter(filter.filter()));
-        trie.remove_if(filter.filter(), |entry| {
+        let gone = trie.remove_if(filter.filter(), |entry| {
             match filter {
                 SubscriptionFilter::Plain(_) => removed = remove_member(&mut entry.direct, session),
                 SubscriptionFilter::Shared { group, .. } => {
@@ -189,37 +214,100 @@ impl Router {
                         removed = remove_member(&mut entry.groups[i].members, session);
                         if entry.groups[i].members.is_empty() {
                             entry.groups.swap_remove(i);
+                            if let Some(interest) = self.interest.get() {
+                                interest.group_removed(group, filter.filter());
+                            }
                         }
                     }
                 }
             }
             entry.is_empty()
         });
+        if gone {
+            if let Some(interest) = self.interest.get() {
+                interest.filter_removed(filter.filter());
+            }
+        }
+        drop(trie);
         if removed {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
         removed
     }
 
-    /// Delivers `message` to every matching subscription.
+    /// Installs the cluster layer's [`Interest`] (once; later calls do nothing): it is told of
+    /// every filter that has subscribers now, then of every change. All shards are locked while
+    /// it is installed, so no change falls between the two.
+    pub fn set_interest(&self, interest: &Arc<dyn Interest>) {
+        let shards: Vec<_> = self.shards.iter().chain(std::iter::once(&self.wildcard)).map(write).collect();
+        if self.interest.set(interest.clone()).is_err() {
+            return;
+        }
+        for shard in &shards {
+            shard.for_each(|text, entry| {
+                if let Ok(filter) = TopicFilter::try_from(text) {
+                    interest.filter_added(&filter);
+                    for group in &entry.groups {
+                        interest.group_added(&group.name, &filter);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Delivers `message` to every matching subscription. When a cluster layer delivers shared
+    /// subscriptions itself ([`Interest::routes_groups`]), shared groups are left out: the
+    /// message reaches them through [`Router::route_to_group`], once in the whole cluster.
     pub fn route(&self, message: &Arc<Message>) -> RouteStats {
+        let groups = !self.interest.get().is_some_and(|i| i.routes_groups(&message.topic));
+        self.route_scoped(message, if groups { Scope::All } else { Scope::Direct })
+    }
+
+    /// Delivers a message from another node to this node's matching plain subscriptions only
+    /// (shared groups get theirs through [`Router::route_to_group`]).
+    pub fn route_direct(&self, message: &Arc<Message>) -> RouteStats {
+        self.route_scoped(message, Scope::Direct)
+    }
+
+    /// Delivers a message to one member of this node's shared group `group` on `filter`, as
+    /// a cluster layer decided (a NATS queue group picked this node).
+    pub fn route_to_group(&self, message: &Arc<Message>, group: &str, filter: &TopicFilter) -> RouteStats {
+        self.route_scoped(message, Scope::Group(group, filter))
+    }
+
+    fn route_scoped(&self, message: &Arc<Message>, scope: Scope<'_>) -> RouteStats {
         TARGETS.with(|cell| {
             let Ok(mut targets) = cell.try_borrow_mut() else {
                 // Re-entered from inside a delivery (cannot happen today): use a fresh buffer.
-                return self.route_with(message, &mut Vec::new());
+                return self.route_with(message, &mut Vec::new(), scope);
             };
-            let stats = self.route_with(message, &mut targets);
+            let stats = self.route_with(message, &mut targets, scope);
             targets.clear();
             stats
         })
     }
 
-    fn route_with(&self, message: &Arc<Message>, targets: &mut Vec<Target>) -> RouteStats {
+    fn route_with(&self, message: &Arc<Message>, targets: &mut Vec<Target>, scope: Scope<'_>) -> RouteStats {
         let topic = &message.topic;
-        let first = topic.as_str().split('/').next().unwrap_or("");
-        let mut filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, targets);
-        if !topic.is_dollar() {
-            filters += collect(&read(&self.wildcard), topic, message.qos, targets);
+        let groups = matches!(scope, Scope::All);
+        let mut filters = 0;
+        if let Scope::Group(name, filter) = scope {
+            let trie = read(self.shard_for_filter(filter));
+            let group = trie.get(filter).and_then(|e| e.groups.iter().find(|g| &*g.name == name));
+            if let Some(member) = group
+                .filter(|_| filter.matches(topic))
+                .and_then(|g| pick_member(g, None, false).map(|m| (m, g)))
+            {
+                let (m, g) = member;
+                let route = SharedRoute { group: g.name.clone(), subscription: g.subscription.clone() };
+                targets.push(target(m, message.qos, Some(route)));
+            }
+        } else {
+            let first = topic.as_str().split('/').next().unwrap_or("");
+            filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, groups, targets);
+            if !topic.is_dollar() {
+                filters += collect(&read(&self.wildcard), topic, message.qos, groups, targets);
+            }
         }
         // A session appears at most once among one filter's direct subscribers, so a publish
         // that matched a single filter (a 1:1 topic, or a fan-out to its many subscribers)
@@ -355,6 +443,7 @@ fn collect(
     trie: &SubscriptionTrie<FilterSubscribers>,
     topic: &TopicName,
     qos: QoS,
+    groups: bool,
     out: &mut Vec<Target>,
 ) -> usize {
     let mut filters = 0;
@@ -362,6 +451,9 @@ fn collect(
         filters += 1;
         for s in &entry.direct {
             out.push(target(s, qos, None));
+        }
+        if !groups {
+            return;
         }
         for group in &entry.groups {
             if let Some(member) = pick_member(group, None, false) {
@@ -467,6 +559,59 @@ mod tests {
         );
         s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
         Arc::new(s)
+    }
+
+    /// Records what the router tells the cluster layer.
+    #[derive(Debug, Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Interest for Recorder {
+        fn filter_added(&self, filter: &TopicFilter) {
+            self.0.lock().unwrap().push(format!("+{filter}"));
+        }
+        fn filter_removed(&self, filter: &TopicFilter) {
+            self.0.lock().unwrap().push(format!("-{filter}"));
+        }
+    }
+
+    #[test]
+    fn interest_hears_first_subscriber_and_last_unsubscriber_of_each_filter() {
+        let router = Router::new();
+        let (a, b) = (session(1), session(2));
+        let q0 = SubscribeOptions::with_qos(QoS::AtMostOnce);
+        router.subscribe(&a, &sub("x/+"), q0);
+        let recorder = Arc::new(Recorder::default());
+        let installed: Arc<dyn Interest> = recorder.clone();
+        router.set_interest(&installed);
+        // What existed before is reported at installation.
+        router.subscribe(&b, &sub("x/+"), q0);
+        router.subscribe(&a, &sub("$share/g/y/#"), q0);
+        router.subscribe(&b, &sub("y/#"), q0);
+        router.subscribe(&a, &sub("x/+"), q0);
+        router.unsubscribe(a.id(), &sub("x/+"));
+        router.unsubscribe(b.id(), &sub("x/+"));
+        router.unsubscribe(a.id(), &sub("$share/g/y/#"));
+        router.unsubscribe(b.id(), &sub("y/#"));
+        router.unsubscribe(b.id(), &sub("y/#"));
+        assert_eq!(*recorder.0.lock().unwrap(), ["+x/+", "+y/#", "-x/+", "-y/#"]);
+    }
+
+    #[test]
+    fn scoped_routing_reaches_plain_subscribers_or_one_group_member() {
+        let router = Router::new();
+        let (a, b, c) = (session(1), session(2), session(3));
+        let q0 = SubscribeOptions::with_qos(QoS::AtMostOnce);
+        router.subscribe(&a, &sub("t/+"), q0);
+        router.subscribe(&b, &sub("$share/g/t/+"), q0);
+        router.subscribe(&c, &sub("$share/g/t/+"), q0);
+        let m = msg("t/1", QoS::AtMostOnce, None);
+        assert_eq!(router.route(&m).delivered, 2, "the plain subscriber and one member");
+        assert_eq!(router.route_direct(&m).delivered, 1, "the plain subscriber only");
+        let f = TopicFilter::try_from("t/+").unwrap();
+        assert_eq!(router.route_to_group(&m, "g", &f).delivered, 1, "one member");
+        assert_eq!(router.route_to_group(&m, "other", &f).delivered, 0);
+        let elsewhere = msg("u/1", QoS::AtMostOnce, None);
+        assert_eq!(router.route_to_group(&elsewhere, "g", &f).delivered, 0, "the filter must match");
     }
 
     fn sub(f: &str) -> SubscriptionFilter {

@@ -27,6 +27,7 @@
 //! - `route`: the `/metrics` route and its optional bearer token.
 
 pub mod broker;
+pub mod cluster;
 pub mod content;
 pub mod relay;
 pub(crate) mod route;

@@ -12,7 +12,7 @@ use crate::journal::Change;
 use crate::model::{Message, Will};
 use crate::retained::RetainChange;
 use crate::router::RouteStats;
-use crate::topic::TopicName;
+use crate::topic::{TopicFilter, TopicName};
 
 /// Why a client's publish was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -121,6 +121,46 @@ impl Broker {
         }
         self.record(|| Change::Retained { topic: topic.clone(), message: None });
         true
+    }
+
+    /// Routes a message that another cluster node published (its [`crate::model::Origin::node`]
+    /// set) to this node's subscribers: the publishing node already checked it, and the
+    /// cluster-wide retained store, not this message, updates the retained messages, so it is
+    /// only routed, never stored or forwarded again.
+    pub fn publish_remote(&self, message: Message) -> RouteStats {
+        debug_assert!(message.origin.node.is_some(), "a remote message names its node");
+        let stats = self.router.route_direct(&Arc::new(message));
+        self.count_routing(stats)
+    }
+
+    /// Routes a message that another node (or this one) published to one member of this
+    /// node's shared group `group` on `filter`: the cluster chose this node for it.
+    pub fn publish_remote_shared(&self, message: Message, group: &str, filter: &TopicFilter) -> RouteStats {
+        let stats = self.router.route_to_group(&Arc::new(message), group, filter);
+        self.count_routing(stats)
+    }
+
+    fn count_routing(&self, stats: RouteStats) -> RouteStats {
+        if stats.dropped > 0 {
+            self.stats.dropped(DropReason::QueueFull, stats.dropped as u64);
+        }
+        if stats.filtered > 0 {
+            Stats::add(&self.stats.deliveries_filtered, stats.filtered as u64);
+        }
+        stats
+    }
+
+    /// Sets (or, for an empty payload, removes) the retained message of a topic as the
+    /// cluster-wide retained store says, delivering it to no one: journalled like a local
+    /// retained publish, and never forwarded. Returns what changed.
+    pub fn apply_retained(&self, message: Message) -> RetainChange {
+        let message = Arc::new(message);
+        let change = self.retained.set(&message);
+        if change != RetainChange::Unchanged {
+            let kept = (!message.payload.is_empty()).then(|| message.clone());
+            self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
+        }
+        change
     }
 
     /// Installs the cluster forwarder (once).

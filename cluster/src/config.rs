@@ -1,0 +1,261 @@
+//! `[cluster]`: which NATS servers to use, this node's name, how to authenticate to NATS, TLS,
+//! and the bounds of the queues between the broker and NATS.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// `[cluster]`. Present: this node joins the cluster. Absent: mesgd is a single node.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name, unique in the cluster: 1 to 64 ASCII letters, digits, `-` or `_`.
+    pub node: String,
+    /// NATS server URLs (`nats://host:port`, `tls://host:port`); the client picks one and
+    /// fails over to the others.
+    #[serde(default = "default_nats")]
+    pub nats: Vec<String>,
+    /// A NATS `.creds` file (a user JWT and its NKey seed). Relative to the config file.
+    #[serde(default)]
+    pub credentials_file: Option<PathBuf>,
+    /// A NATS user name, with `password`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The NATS user's password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// A NATS authentication token.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// TLS towards NATS. Absent: TLS only if the URL says `tls://` or the server requires it.
+    #[serde(default)]
+    pub tls: Option<ClusterTls>,
+    /// How many messages may wait between the broker and the NATS connection, per direction
+    /// (messages to other nodes; retained changes to the retained stream; messages from other
+    /// nodes). Past it, a message to other nodes is dropped and counted.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// The JetStream stream that holds the cluster's retained messages.
+    #[serde(default = "default_retained_stream")]
+    pub retained_stream: String,
+    /// Its replica count when this node creates it (1, or 3 on a three-server NATS cluster).
+    #[serde(default = "default_replicas")]
+    pub retained_replicas: usize,
+    /// How long start-up waits for the first connection to NATS, in milliseconds.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// How long start-up waits for the retained messages already in the stream to be loaded
+    /// before the listeners open, in milliseconds.
+    #[serde(default = "default_retained_load_timeout_ms")]
+    pub retained_load_timeout_ms: u64,
+}
+
+/// `[cluster.tls]`: TLS towards the NATS servers.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTls {
+    /// PEM CA certificates that sign the NATS servers' certificates (else the system roots).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// A PEM client certificate, for NATS servers that verify clients (with `key_file`).
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's PEM private key.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Refuse a NATS server that does not speak TLS (default true once the table is present).
+    #[serde(default = "default_true")]
+    pub required: bool,
+}
+
+fn default_nats() -> Vec<String> {
+    vec!["nats://127.0.0.1:4222".to_owned()]
+}
+fn default_queue_capacity() -> usize {
+    8192
+}
+fn default_retained_stream() -> String {
+    "MESGD_RETAINED".to_owned()
+}
+fn default_replicas() -> usize {
+    1
+}
+fn default_connect_timeout_ms() -> u64 {
+    5000
+}
+fn default_retained_load_timeout_ms() -> u64 {
+    10_000
+}
+fn default_true() -> bool {
+    true
+}
+
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("node", &self.node)
+            .field("nats", &self.nats)
+            .field("credentials_file", &self.credentials_file)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("retained_stream", &self.retained_stream)
+            .field("retained_replicas", &self.retained_replicas)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
+            .finish()
+    }
+}
+
+/// Why `[cluster]` is unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterConfigError {
+    /// `node` is empty, too long, or holds a character other than ASCII letters, digits, `-`
+    /// and `_`.
+    #[error("[cluster] node {0:?}: a node name is 1 to 64 ASCII letters, digits, '-' or '_'")]
+    NodeName(String),
+    /// `nats` lists no server.
+    #[error("[cluster] nats lists no server")]
+    NoServers,
+    /// More than one of `credentials_file`, `user`/`password` and `token` is set.
+    #[error("[cluster] set one of credentials_file, user and password, or token; not {0}")]
+    TwoCredentials(&'static str),
+    /// `user` without `password` or the other way round.
+    #[error("[cluster] user and password go together")]
+    UserWithoutPassword,
+    /// `[cluster.tls]` has `cert_file` without `key_file` or the other way round.
+    #[error("[cluster.tls] cert_file and key_file go together")]
+    CertWithoutKey,
+    /// `queue_capacity` or `retained_replicas` is 0, or a stream name NATS refuses.
+    #[error("[cluster] {key} = {value:?} is out of range: {why}")]
+    OutOfRange {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is allowed.
+        why: &'static str,
+    },
+}
+
+impl ClusterConfig {
+    /// Checks what serde cannot: names, exclusive credentials, paired files, ranges.
+    pub fn validate(&self) -> Result<(), ClusterConfigError> {
+        let n = &self.node;
+        if n.is_empty()
+            || n.len() > 64
+            || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ClusterConfigError::NodeName(n.clone()));
+        }
+        if self.nats.is_empty() {
+            return Err(ClusterConfigError::NoServers);
+        }
+        let userpass = self.user.is_some() || self.password.is_some();
+        match (self.credentials_file.is_some(), userpass, self.token.is_some()) {
+            (true, true, _) => return Err(ClusterConfigError::TwoCredentials("credentials_file and user")),
+            (true, _, true) => return Err(ClusterConfigError::TwoCredentials("credentials_file and token")),
+            (_, true, true) => return Err(ClusterConfigError::TwoCredentials("user and token")),
+            _ => {}
+        }
+        if self.user.is_some() != self.password.is_some() {
+            return Err(ClusterConfigError::UserWithoutPassword);
+        }
+        if let Some(tls) = &self.tls {
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                return Err(ClusterConfigError::CertWithoutKey);
+            }
+        }
+        if self.queue_capacity == 0 {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "queue_capacity",
+                value: "0".into(),
+                why: "at least 1",
+            });
+        }
+        if !(1..=5).contains(&self.retained_replicas) {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "retained_replicas",
+                value: self.retained_replicas.to_string(),
+                why: "1 to 5",
+            });
+        }
+        let s = &self.retained_stream;
+        if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "retained_stream",
+                value: s.clone(),
+                why: "a non-empty name without whitespace, '.', '/', '*' or '>'",
+            });
+        }
+        Ok(())
+    }
+
+    /// Resolves the configured file paths against `base` (the config file's directory).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut Option<PathBuf>| {
+            if let Some(path) = p.as_mut() {
+                if path.is_relative() {
+                    *path = base.join(&*path);
+                }
+            }
+        };
+        resolve(&mut self.credentials_file);
+        if let Some(tls) = self.tls.as_mut() {
+            resolve(&mut tls.ca_file);
+            resolve(&mut tls.cert_file);
+            resolve(&mut tls.key_file);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ClusterConfig, String> {
+        let c: ClusterConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_and_a_full_table() {
+        let c = parse("node = \"a\"").unwrap();
+        assert_eq!(c.nats, ["nats://127.0.0.1:4222"]);
+        assert_eq!(c.queue_capacity, 8192);
+        let c = parse(
+            "node = \"n-1\"\nnats = [\"tls://x:4222\"]\nuser = \"u\"\npassword = \"hunter2\"\n\
+             [tls]\nca_file = \"ca.pem\"\n",
+        )
+        .unwrap();
+        assert!(c.tls.as_ref().unwrap().required);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn bad_tables_are_refused_naming_the_key() {
+        let cases = [
+            ("nats = []", "node"),
+            ("node = \"a.b\"", "node"),
+            ("node = \"a\"\nnats = []", "no server"),
+            ("node = \"a\"\nuser = \"u\"", "go together"),
+            ("node = \"a\"\ntoken = \"t\"\nuser = \"u\"\npassword = \"p\"", "user and token"),
+            ("node = \"a\"\ncredentials_file = \"c\"\ntoken = \"t\"", "credentials_file and token"),
+            ("node = \"a\"\n[tls]\ncert_file = \"c\"", "cert_file and key_file"),
+            ("node = \"a\"\nqueue_capacity = 0", "queue_capacity"),
+            ("node = \"a\"\nretained_replicas = 7", "retained_replicas"),
+            ("node = \"a\"\nretained_stream = \"a.b\"", "retained_stream"),
+            ("node = \"a\"\nnat = []", "unknown field `nat`"),
+        ];
+        for (text, expected) in cases {
+            let err = parse(text).expect_err(text);
+            assert!(err.contains(expected), "{text:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! `mesgd-cluster`: mesgd nodes as one broker over NATS with JetStream.
+//!
+//! Each node is a client of a NATS system (one nats-server or a NATS cluster); nodes never
+//! talk to each other directly. [`Cluster::start`] connects, then installs two seams in the
+//! broker, so that without `[cluster]` none of this code is on any path:
+//!
+//! - the [`Forward`](mesgd_core::broker::Forward) seam: every message published on this node is,
+//!   after local delivery, queued for NATS (`live`), and a retained one for the retained stream
+//!   (`retained`);
+//! - the router's [`Interest`](mesgd_core::cluster::Interest) seam: the filters this node has
+//!   subscribers for become NATS subscriptions (`interest`), and what they bring is routed
+//!   through the local router once (`live`); each shared group with a member here becomes a
+//!   NATS queue subscription on a second connection, so each message reaches one member in the
+//!   whole cluster.
+//!
+//! The subject mapping is `mesgd_core::cluster::subject`; the header format is `wire`;
+//! `docs/cluster.md` describes the whole design, its consistency and its failure modes.
+//!
+//! # Layout
+//!
+//! - `config`: `[cluster]` ([`ClusterConfig`]).
+//! - `interest`: the subjects this node wants, counted per filter.
+//! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
+//! - `retained`: the retained stream, storing into it and following it.
+//! - `wire`: message headers.
+//! - `stats`: the counters `/metrics` exposes.
+
+mod config;
+mod interest;
+mod live;
+mod retained;
+mod stats;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{ConnectOptions, Event};
+use mesgd_core::broker::Broker;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
+pub use self::stats::{ClusterStats, Kind};
+pub use self::wire::WireError;
+
+/// Why the node could not join the cluster.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// `[cluster]` is unusable.
+    #[error(transparent)]
+    Config(#[from] ClusterConfigError),
+    /// `[cluster] credentials_file` cannot be read or parsed.
+    #[error("[cluster] credentials_file {path}: {source}")]
+    Credentials {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No NATS server of `[cluster] nats` accepted the connection.
+    #[error("cannot connect to NATS at {servers}: {reason}")]
+    Connect {
+        /// The configured servers.
+        servers: String,
+        /// Why.
+        reason: String,
+    },
+    /// The retained stream cannot be created or followed (JetStream off on the server?).
+    #[error("JetStream retained stream: {0}")]
+    Stream(String),
+}
+
+/// A node's membership in the cluster: its tasks and what tests and metrics observe.
+#[derive(Debug)]
+pub struct Cluster {
+    client: async_nats::Client,
+    group_client: async_nats::Client,
+    stats: Arc<ClusterStats>,
+    interest: Arc<interest::InterestTable>,
+    synced: watch::Receiver<u64>,
+    groups_synced: watch::Receiver<u64>,
+    retained_applied: watch::Receiver<u64>,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Connects to NATS, creates (or finds) the retained stream, loads the retained messages
+    /// it holds into `broker` (bounded by `retained_load_timeout_ms`), and installs the seams.
+    /// Relative paths in `config` must already be resolved ([`ClusterConfig::resolve_paths`]).
+    pub async fn start(config: &ClusterConfig, broker: &Arc<Broker>) -> Result<Cluster, StartError> {
+        config.validate()?;
+        let stats = Arc::new(ClusterStats::default());
+        let client = connect(config, &stats, true).await?;
+        let js = async_nats::jetstream::new(client.clone());
+        let stream = retained::stream(&js, &config.retained_stream, config.retained_replicas).await?;
+        let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
+
+        let (applied_tx, retained_applied) = watch::channel(0);
+        let loaded = retained::follow(&stream, broker, &stats, &Arc::new(applied_tx)).await?;
+        let wait = Duration::from_millis(config.retained_load_timeout_ms);
+        if tokio::time::timeout(wait, futures_util::future::join_all(loaded)).await.is_err() {
+            tracing::warn!(
+                timeout_ms = config.retained_load_timeout_ms,
+                "cluster: the retained messages were not all loaded in time; the rest arrive later"
+            );
+        }
+
+        let capacity = config.queue_capacity;
+        let (live_tx, live_rx) = mpsc::channel(capacity);
+        let (retained_tx, retained_rx) = mpsc::channel(capacity);
+        let interest = Arc::new(interest::InterestTable::new(stats.clone()));
+        let (synced_tx, synced) = watch::channel(0);
+        let receiver = live::Receiver {
+            client: client.clone(),
+            broker: broker.clone(),
+            me: me.clone(),
+            interest: interest.clone(),
+            stats: stats.clone(),
+            capacity,
+            synced: synced_tx,
+        };
+        // Shared groups' queue subscriptions, on a connection without no_echo.
+        let group_client = connect(config, &stats, false).await?;
+        let (groups_synced_tx, groups_synced) = watch::channel(0);
+        let group_receiver = live::GroupReceiver {
+            client: group_client.clone(),
+            broker: broker.clone(),
+            interest: interest.clone(),
+            stats: stats.clone(),
+            capacity,
+            synced: groups_synced_tx,
+        };
+        let tasks = vec![
+            tokio::spawn(receiver.run()),
+            tokio::spawn(group_receiver.run()),
+            tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
+            tokio::spawn(retained::store_loop(js, broker.clone(), me, retained_rx, stats.clone())),
+        ];
+        let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
+        broker.router().set_interest(&as_interest);
+        broker.set_forward(Arc::new(live::Forwarder {
+            live: live_tx,
+            retained: retained_tx,
+            stats: stats.clone(),
+        }));
+        tracing::info!(node = config.node, servers = ?config.nats, "joined the cluster");
+        Ok(Cluster {
+            client,
+            group_client,
+            stats,
+            interest,
+            synced,
+            groups_synced,
+            retained_applied,
+            tasks: std::sync::Mutex::new(tasks),
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<ClusterStats> {
+        &self.stats
+    }
+
+    /// Waits until every subscription made on this node so far has its NATS subscription in
+    /// place at the server, so that messages other nodes publish from now on reach it. (With
+    /// a NATS cluster, interest still takes a moment to reach the other servers.)
+    pub async fn interest_synced(&self) {
+        let wanted = self.interest.generation();
+        for synced in [&self.synced, &self.groups_synced] {
+            let _ = synced.clone().wait_for(|&g| g >= wanted).await;
+        }
+    }
+
+    /// How many retained changes this node has applied from the stream: rises with each.
+    pub fn retained_applied(&self) -> watch::Receiver<u64> {
+        self.retained_applied.clone()
+    }
+
+    /// Flushes what was sent to NATS (bounded) and stops the tasks: from then on the node
+    /// neither sends nor receives cluster traffic.
+    pub async fn shutdown(&self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.group_client.flush()).await;
+        for t in mesgd_core::sync::lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// A connection to NATS; `no_echo` for the one that publishes (this node delivers its own
+/// publishes locally: NATS must not hand them back).
+async fn connect(
+    config: &ClusterConfig,
+    stats: &Arc<ClusterStats>,
+    no_echo: bool,
+) -> Result<async_nats::Client, StartError> {
+    let events = stats.clone();
+    let name =
+        if no_echo { format!("mesgd-{}", config.node) } else { format!("mesgd-{}-shared", config.node) };
+    let mut options = ConnectOptions::new().name(name);
+    if no_echo {
+        options = options.no_echo();
+    }
+    let mut options = options
+        .connection_timeout(Duration::from_millis(config.connect_timeout_ms))
+        .event_callback(move |event| {
+            let stats = events.clone();
+            async move {
+                match event {
+                    Event::Disconnected => ClusterStats::add(&stats.disconnects, 1),
+                    Event::SlowConsumer(_) => ClusterStats::add(&stats.slow_consumers, 1),
+                    _ => {}
+                }
+                tracing::info!(%event, "cluster: NATS connection");
+            }
+        });
+    if let Some(path) = &config.credentials_file {
+        options = options
+            .credentials_file(path)
+            .await
+            .map_err(|source| StartError::Credentials { path: path.clone(), source })?;
+    }
+    if let (Some(user), Some(password)) = (&config.user, &config.password) {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    if let Some(token) = &config.token {
+        options = options.token(token.clone());
+    }
+    if let Some(tls) = &config.tls {
+        options = options.require_tls(tls.required);
+        if let Some(ca) = &tls.ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+    }
+    let servers = config.nats.join(", ");
+    let deadline = Duration::from_millis(config.connect_timeout_ms.saturating_mul(2).max(1));
+    match tokio::time::timeout(deadline, options.connect(config.nats.as_slice())).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(StartError::Connect { servers, reason: e.to_string() }),
+        Err(_) => Err(StartError::Connect { servers, reason: "timed out".into() }),
+    }
+}

@@ -1,0 +1,167 @@
+//! Retained messages cluster-wide, in one JetStream stream that keeps one message per subject
+//! (`max_messages_per_subject = 1`): storing a topic's new retained message replaces the old
+//! one, and an empty payload (the MQTT way to delete) replaces it with an empty tombstone.
+//!
+//! Every node follows the whole stream with an ordered consumer (one per node, not per client
+//! or subscription: JetStream's assets do not grow with the clients) that starts with the last
+//! message of every subject and then stays live, and applies each change to its local retained
+//! store ([`Broker::apply_retained`]), its own changes included: the stream's order is the one
+//! order every node converges to when two nodes set one topic at once. A SUBSCRIBE is then
+//! answered from the local store, as on a single node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, Context, consumer, stream};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesOrdered;
+use mesgd_core::broker::Broker;
+use mesgd_core::cluster::subject::RETAINED;
+use mesgd_core::model::Message;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::live::Identity;
+use crate::stats::ClusterStats;
+use crate::wire::{self, ExpiryAs};
+
+/// How many stores to the stream may await their acknowledgement at once.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// The stream of retained messages, created if it does not exist.
+pub(crate) async fn stream(
+    js: &Context,
+    name: &str,
+    replicas: usize,
+) -> Result<stream::Stream, crate::StartError> {
+    let config = stream::Config {
+        name: name.to_owned(),
+        subjects: RETAINED.everything().to_vec(),
+        max_messages_per_subject: 1,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        allow_direct: true,
+        description: Some("mesgd retained messages: one per topic".to_owned()),
+        ..Default::default()
+    };
+    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Stream(e.to_string()))
+}
+
+/// Stores this node's retained changes in the stream, pipelining the acknowledgements.
+pub(crate) async fn store_loop(
+    js: Context,
+    broker: Arc<Broker>,
+    me: Identity,
+    mut queue: mpsc::Receiver<Arc<Message>>,
+    stats: Arc<ClusterStats>,
+) {
+    let mut acks = FuturesOrdered::new();
+    let mut open = true;
+    while open || !acks.is_empty() {
+        tokio::select! {
+            next = queue.recv(), if open && acks.len() < MAX_IN_FLIGHT => {
+                let Some(message) = next else { open = false; continue };
+                let Ok(subject) = RETAINED.topic(&message.topic) else {
+                    ClusterStats::add(&stats.unmappable_topics, 1);
+                    continue;
+                };
+                let headers = wire::encode(&message, &me.node, (me.instance, 0), ExpiryAs::Deadline, |i| broker.wall_time(i));
+                match js.publish_with_headers(subject, headers, message.payload.clone()).await {
+                    Ok(ack) => acks.push_back(ack.into_future()),
+                    Err(e) => {
+                        ClusterStats::add(&stats.retained_store_errors, 1);
+                        tracing::warn!(error = %e, "cluster: retained store failed");
+                    }
+                }
+            }
+            Some(ack) = acks.next(), if !acks.is_empty() => match ack {
+                Ok(_) => ClusterStats::add(&stats.retained_stored, 1),
+                Err(e) => {
+                    ClusterStats::add(&stats.retained_store_errors, 1);
+                    tracing::warn!(error = %e, "cluster: retained store not acknowledged");
+                }
+            },
+        }
+    }
+}
+
+/// Follows the stream from the last message of every subject, applying each to the local
+/// store; each returned receiver fires once what the stream held at the start is applied. One
+/// ordered consumer per subject family (plain and `$` topics): nats-server 2.9 takes one filter
+/// subject per consumer, and "last per subject" needs one.
+pub(crate) async fn follow(
+    stream: &stream::Stream,
+    broker: &Arc<Broker>,
+    stats: &Arc<ClusterStats>,
+    applied: &Arc<watch::Sender<u64>>,
+) -> Result<Vec<oneshot::Receiver<()>>, crate::StartError> {
+    let mut loaded = Vec::new();
+    for filter in RETAINED.everything() {
+        let (tx, rx) = oneshot::channel();
+        follow_one(stream, filter, broker.clone(), stats.clone(), applied.clone(), tx).await?;
+        loaded.push(rx);
+    }
+    Ok(loaded)
+}
+
+async fn follow_one(
+    stream: &stream::Stream,
+    filter: String,
+    broker: Arc<Broker>,
+    stats: Arc<ClusterStats>,
+    applied: Arc<watch::Sender<u64>>,
+    loaded: oneshot::Sender<()>,
+) -> Result<(), crate::StartError> {
+    let config = consumer::pull::OrderedConfig {
+        filter_subject: filter,
+        deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+        description: Some("mesgd node: retained messages".to_owned()),
+        ..Default::default()
+    };
+    let mut consumer =
+        stream.create_consumer(config).await.map_err(|e| crate::StartError::Stream(e.to_string()))?;
+    let pending = consumer.info().await.map_err(|e| crate::StartError::Stream(e.to_string()))?.num_pending;
+    let mut loaded = Some(loaded);
+    if pending == 0 {
+        loaded.take().map(|l| l.send(()));
+    }
+    let mut messages = consumer.messages().await.map_err(|e| crate::StartError::Stream(e.to_string()))?;
+    tokio::spawn(async move {
+        while let Some(next) = messages.next().await {
+            let m = match next {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cluster: retained stream consumer");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let left = m.info().map(|i| i.pending).unwrap_or(0);
+            apply(&broker, &stats, &m);
+            applied.send_modify(|n| *n += 1);
+            if left == 0 {
+                loaded.take().map(|l| l.send(()));
+            }
+        }
+    });
+    Ok(())
+}
+
+fn apply(broker: &Broker, stats: &ClusterStats, m: &jetstream::Message) {
+    let decoded = RETAINED.parse_topic(m.subject.as_str()).map_err(wire::WireError::from).and_then(|topic| {
+        let headers = m.headers.as_ref().ok_or(wire::WireError::Missing("Mesgd-Node"))?;
+        let sender = wire::sender(headers)?;
+        let now = tokio::time::Instant::now().into_std();
+        wire::decode(topic, m.payload.clone(), headers, &sender, now, |at| broker.instant_of(at))
+    });
+    match decoded {
+        Ok(mut message) => {
+            message.retain = true;
+            broker.apply_retained(message);
+            ClusterStats::add(&stats.retained_applied, 1);
+        }
+        Err(e) => {
+            ClusterStats::add(&stats.decode_errors, 1);
+            tracing::debug!(error = %e, "cluster: unreadable retained message");
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The cluster's counters, read by `/metrics` (`mesgd_cluster_…`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of the traffic between this node and NATS. All counts since start unless the name
+/// says otherwise.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Messages sent to other nodes.
+    pub forwarded: AtomicU64,
+    /// Messages not sent to other nodes because the queue to NATS was full.
+    pub forward_queue_full: AtomicU64,
+    /// Messages whose topic has no NATS subject (too long): delivered on this node only.
+    pub unmappable_topics: AtomicU64,
+    /// Filters whose subject is too long: they receive this node's messages only.
+    pub unmappable_filters: AtomicU64,
+    /// Publishes to NATS that failed (connection closed).
+    pub publish_errors: AtomicU64,
+    /// Messages from other nodes routed here.
+    pub received: AtomicU64,
+    /// Messages delivered to a shared group here because its NATS queue group chose this node.
+    pub shared_received: AtomicU64,
+    /// Copies of a message from another node dropped because an overlapping subscription of
+    /// this node brought it already.
+    pub duplicates_dropped: AtomicU64,
+    /// Duplicate-filter entries forgotten before all their copies came (a later copy would be
+    /// delivered again).
+    pub dedupe_forgotten: AtomicU64,
+    /// Messages of this node's own that came back (none while `no_echo` works).
+    pub echoes_dropped: AtomicU64,
+    /// Messages from NATS that could not be read (headers, subject).
+    pub decode_errors: AtomicU64,
+    /// Messages from other nodes dropped because the queue from NATS was full.
+    pub receive_queue_full: AtomicU64,
+    /// NATS subscriptions now (a gauge).
+    pub subscriptions: AtomicU64,
+    /// Retained changes stored in the retained stream.
+    pub retained_stored: AtomicU64,
+    /// Retained changes not stored because the queue to the stream was full.
+    pub retained_queue_full: AtomicU64,
+    /// Retained changes the stream refused or did not acknowledge.
+    pub retained_store_errors: AtomicU64,
+    /// Retained changes read from the stream and applied here (this node's own included).
+    pub retained_applied: AtomicU64,
+    /// NATS slow-consumer events (the server or the client dropped messages for this node).
+    pub slow_consumers: AtomicU64,
+    /// Times the NATS connection was lost.
+    pub disconnects: AtomicU64,
+}
+
+/// Whether a value is a level (gauge) or a count (counter), for the exporter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Counts since start.
+    Counter,
+    /// A level now.
+    Gauge,
+}
+
+impl ClusterStats {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Every counter: its name (for `mesgd_cluster_<name>`), help text, kind and value.
+    pub fn values(&self) -> Vec<(&'static str, &'static str, Kind, u64)> {
+        use Kind::{Counter, Gauge};
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("forwarded", "Messages sent to other nodes", Counter, get(&self.forwarded)),
+            (
+                "forward_queue_full",
+                "Messages not sent to other nodes: the queue to NATS was full",
+                Counter,
+                get(&self.forward_queue_full),
+            ),
+            (
+                "unmappable_topics",
+                "Messages kept on this node: their topic has no NATS subject",
+                Counter,
+                get(&self.unmappable_topics),
+            ),
+            (
+                "unmappable_filters",
+                "Filters without a NATS subject (local messages only)",
+                Counter,
+                get(&self.unmappable_filters),
+            ),
+            ("publish_errors", "Publishes to NATS that failed", Counter, get(&self.publish_errors)),
+            ("received", "Messages from other nodes routed here", Counter, get(&self.received)),
+            (
+                "duplicates_dropped",
+                "Copies dropped that an overlapping NATS subscription brought already",
+                Counter,
+                get(&self.duplicates_dropped),
+            ),
+            (
+                "dedupe_forgotten",
+                "Duplicate-filter entries forgotten before every copy came",
+                Counter,
+                get(&self.dedupe_forgotten),
+            ),
+            (
+                "echoes_dropped",
+                "This node's own messages that came back from NATS",
+                Counter,
+                get(&self.echoes_dropped),
+            ),
+            ("decode_errors", "Messages from NATS that could not be read", Counter, get(&self.decode_errors)),
+            (
+                "receive_queue_full",
+                "Messages from other nodes dropped: the queue from NATS was full",
+                Counter,
+                get(&self.receive_queue_full),
+            ),
+            ("subscriptions", "NATS subscriptions of this node", Gauge, get(&self.subscriptions)),
+            (
+                "retained_stored",
+                "Retained changes stored in the retained stream",
+                Counter,
+                get(&self.retained_stored),
+            ),
+            (
+                "retained_queue_full",
+                "Retained changes not stored: the queue to the stream was full",
+                Counter,
+                get(&self.retained_queue_full),
+            ),
+            (
+                "retained_store_errors",
+                "Retained changes the stream refused or did not acknowledge",
+                Counter,
+                get(&self.retained_store_errors),
+            ),
+            (
+                "retained_applied",
+                "Retained changes read from the stream and applied here",
+                Counter,
+                get(&self.retained_applied),
+            ),
+            ("slow_consumers", "NATS slow-consumer events", Counter, get(&self.slow_consumers)),
+            ("disconnects", "Times the NATS connection was lost", Counter, get(&self.disconnects)),
+        ]
+    }
+}

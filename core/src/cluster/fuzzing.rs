@@ -1,0 +1,37 @@
+//! The body of the `cluster_subject` fuzz target (`fuzz/fuzz_targets/cluster_subject.rs`),
+//! kept here so that a unit test replays the committed seed corpus on a stable compiler. It
+//! panics when it finds a bug and returns normally on any input otherwise.
+
+use super::subject::{LIVE, nats_matches, subject_as_filter};
+use crate::topic::{TopicFilter, TopicName};
+
+/// Input: text, one candidate per line. Each line is parsed as a subject (which must not
+/// panic, and whatever parses must map back to the same subject) and as a topic and filter
+/// (whose subjects must parse back); then every (filter line, topic line) pair must match in
+/// NATS exactly when it matches in MQTT.
+pub fn subject_mapping(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let lines: Vec<&str> = text.split('\n').take(32).collect();
+    for line in &lines {
+        if let Ok(topic) = LIVE.parse_topic(line) {
+            assert_eq!(LIVE.topic(&topic).as_deref(), Ok(*line), "subject {line:?} is not canonical");
+        }
+        let _ = subject_as_filter(&LIVE, line);
+        if let Ok(topic) = TopicName::try_from(*line) {
+            if let Ok(subject) = LIVE.topic(&topic) {
+                assert_eq!(LIVE.parse_topic(&subject).as_ref(), Ok(&topic), "{line:?} via {subject:?}");
+            }
+        }
+    }
+    let topics: Vec<TopicName> = lines.iter().filter_map(|l| TopicName::try_from(*l).ok()).take(8).collect();
+    let filters: Vec<TopicFilter> =
+        lines.iter().filter_map(|l| TopicFilter::try_from(*l).ok()).take(8).collect();
+    for filter in &filters {
+        let Ok(subjects) = LIVE.filter(filter) else { continue };
+        for topic in &topics {
+            let Ok(subject) = LIVE.topic(topic) else { continue };
+            let nats = subjects.iter().any(|s| nats_matches(s, &subject));
+            assert_eq!(nats, filter.matches(topic), "{filter:?} on {topic:?} via {subjects:?}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The sans-I/O parts of running mesgd nodes as one broker over NATS: the topic → subject
+//! mapping, the duplicate filter for messages that arrive on overlapping subscriptions, and
+//! the seam through which the router reports which filters this node has subscribers for.
+//!
+//! The I/O (the NATS connection, JetStream) is the `mesgd-cluster` crate; without `[cluster]`
+//! none of it is installed and the broker behaves as a single node.
+//!
+//! # Layout
+//!
+//! - [`subject`]: the escaping topic / filter → NATS subject mapping and its inverse.
+//! - [`dedupe`]: delivering a message that arrived on several NATS subscriptions once.
+//! - this file: the [`Interest`] seam of the router.
+
+pub mod dedupe;
+pub mod subject;
+#[cfg(test)]
+mod subject_tests;
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
+
+use std::fmt;
+
+use crate::topic::{TopicFilter, TopicName};
+
+/// Told when the router gains its first subscriber to a filter (plain or shared) and when it
+/// loses its last, so that a cluster layer subscribes the node to the matching subjects.
+///
+/// Called with the router's shard lock held, so the calls for one filter come in order: an
+/// implementation must be quick and must not call back into the router.
+pub trait Interest: Send + Sync + fmt::Debug {
+    /// The router now has a subscriber to `filter`, and had none.
+    fn filter_added(&self, filter: &TopicFilter);
+    /// The router no longer has any subscriber to `filter`.
+    fn filter_removed(&self, filter: &TopicFilter);
+    /// The router now has a member of shared group `group` on `filter`, and had none.
+    fn group_added(&self, group: &str, filter: &TopicFilter) {
+        let _ = (group, filter);
+    }
+    /// The router's last member of shared group `group` on `filter` left.
+    fn group_removed(&self, group: &str, filter: &TopicFilter) {
+        let _ = (group, filter);
+    }
+    /// Whether the cluster layer delivers `topic`'s messages to shared subscriptions itself
+    /// (one member in the whole cluster per message): the router then leaves groups out of a
+    /// local publish to it.
+    fn routes_groups(&self, topic: &TopicName) -> bool {
+        let _ = topic;
+        false
+    }
+}

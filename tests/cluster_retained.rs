@@ -1,0 +1,63 @@
+//! Retained messages cluster-wide, over a real nats-server with JetStream: set on one node,
+//! seen from the others (and by a node started later), deleted everywhere by an empty payload.
+
+mod common;
+
+use common::nats::{NatsServer, node, retained_until};
+use common::v3;
+use mesgd_core::topic::TopicName;
+use rumqttc::QoS;
+
+fn has(server: &common::TestServer, topic: &str, payload: Option<&[u8]>) -> bool {
+    let topic = TopicName::try_from(topic).unwrap();
+    let now = std::time::Instant::now();
+    let got = server.broker().retained().get(&topic, now);
+    got.as_ref().map(|m| &m.payload[..]) == payload
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_set_on_one_node_is_seen_everywhere_and_deleted_everywhere() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+    let c = node(&nats, "c", "").await;
+    let (setter, _) = v3::connect(v3::options("setter", a.port())).await;
+    setter.client.publish("state/lamp", QoS::AtLeastOnce, true, "on").await.unwrap();
+    setter.client.publish("$app/state", QoS::AtLeastOnce, true, "dollar").await.unwrap();
+    for n in [&a, &b, &c] {
+        retained_until(n, "the retained message on every node", |n| {
+            has(n, "state/lamp", Some(b"on")) && has(n, "$app/state", Some(b"dollar"))
+        })
+        .await;
+    }
+    // A client on another node gets it at SUBSCRIBE, with the retain flag.
+    let (mut reader, _) = v3::connect(v3::options("reader", b.port())).await;
+    reader.subscribe("state/#", QoS::AtLeastOnce).await;
+    let got = reader.next_publish().await;
+    assert_eq!((got.topic.as_str(), &got.payload[..], got.retain), ("state/lamp", &b"on"[..], true));
+
+    // A node that starts later loads it before it accepts clients.
+    let d = node(&nats, "d", "").await;
+    assert!(has(&d, "state/lamp", Some(b"on")) && has(&d, "$app/state", Some(b"dollar")));
+
+    // Replaced from a third node: one message per topic, the newest.
+    let (other, _) = v3::connect(v3::options("other", c.port())).await;
+    other.client.publish("state/lamp", QoS::AtLeastOnce, true, "dim").await.unwrap();
+    for n in [&a, &b, &c, &d] {
+        retained_until(n, "the replaced retained message", |n| has(n, "state/lamp", Some(b"dim"))).await;
+    }
+    // Deleted from there by an empty payload: gone on every node.
+    other.client.publish("state/lamp", QoS::AtLeastOnce, true, "").await.unwrap();
+    for n in [&a, &b, &c, &d] {
+        retained_until(n, "the deletion", |n| has(n, "state/lamp", None)).await;
+    }
+    // A new subscriber on a gets no retained message: the first thing it receives is live.
+    let (mut late, _) = v3::connect(v3::options("late", a.port())).await;
+    late.subscribe("state/#", QoS::AtLeastOnce).await;
+    setter.client.publish("state/live", QoS::AtLeastOnce, false, "live").await.unwrap();
+    let first = late.next_publish().await;
+    assert_eq!((first.topic.as_str(), first.retain), ("state/live", false));
+    // And a node started after the deletion does not bring it back.
+    let e = node(&nats, "e", "").await;
+    assert!(has(&e, "state/lamp", None) && has(&e, "$app/state", Some(b"dollar")));
+}
