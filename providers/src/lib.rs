@@ -25,6 +25,8 @@
 //!   format (encrypted claims, a dot, an ECDSA signature), the server's key store under
 //!   `<storage.dir>/keys/` with rotation, `forge` / `verify` / `check`, the `mesgd forge`,
 //!   `check` and `keys` commands, and the SDK's message signature and encryption helpers.
+//! - [`grants`] (features `builtin` and `tokens`): grant tokens for builtin accounts and
+//!   anonymous tokens for path prefixes, in the PKI wire format.
 //! - `cache` and `rules` (private): the bounded cache and keyed MAC shared by the providers
 //!   that cache answers, and the reading of ACL rule arrays from tokens and webhook answers.
 
@@ -32,6 +34,8 @@
 pub mod builtin;
 #[cfg(any(feature = "builtin", feature = "http"))]
 mod cache;
+#[cfg(all(feature = "builtin", feature = "tokens"))]
+pub mod grants;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "jwt")]
