@@ -27,6 +27,8 @@
 //!   `check` and `keys` commands, and the SDK's message signature and encryption helpers.
 //! - [`grants`] (features `builtin` and `tokens`): grant tokens for builtin accounts and
 //!   anonymous tokens for path prefixes, in the PKI wire format.
+//! - [`sessions`] (features `builtin` and `jwt`): login sessions, compact HS256 JWTs for
+//!   builtin accounts, and the list of sessions ended by logout.
 //! - `cache` and `rules` (private): the bounded cache and keyed MAC shared by the providers
 //!   that cache answers, and the reading of ACL rule arrays from tokens and webhook answers.
 
@@ -43,6 +45,8 @@ pub mod jwt;
 pub mod registry;
 #[cfg(any(feature = "jwt", feature = "http"))]
 mod rules;
+#[cfg(all(feature = "builtin", feature = "jwt"))]
+pub mod sessions;
 #[cfg(any(feature = "jwt", feature = "tokens"))]
 mod token_shape;
 #[cfg(feature = "tokens")]

@@ -1,0 +1,43 @@
+//! Accounts on the `http` listener (issue #16): login sessions (`POST /auth/login`,
+//! `POST /auth/logout`, `GET /account`) and grant tokens (`POST /auth/admin/issue`).
+//!
+//! The credentials themselves live in `mesgd_providers`: the login session's HS256 JWT and
+//! revocation list in `sessions`, grant and anonymous tokens in `grants`. This module is their
+//! HTTP side, and the `[auth]` keys `session_ttl` and `require_confirm`. What each credential
+//! may do at a content-routing upgrade is `crate::content::admission`'s; the live checks of a
+//! grant connection are `crate::content::grant`'s. `docs/tokens.md` describes every credential.
+//!
+//! # Layout
+//!
+//! - `body`: the request bodies, parsed strictly ([`body::parse_login`], [`body::parse_issue`]).
+//! - `routes`: the routes and their answers.
+
+pub mod body;
+mod routes;
+
+use std::time::Duration;
+
+pub(crate) use self::routes::routes;
+use crate::config::AuthConfig;
+
+/// Deserializes a humantime duration (`"24h"`, `"90m"`).
+pub(crate) fn humantime_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+}
+
+/// Checks the `[auth]` keys of this module: `(key, message)` for the first one that is wrong.
+pub(crate) fn validate(auth: &AuthConfig) -> Result<(), (&'static str, String)> {
+    if auth.session_ttl < Duration::from_secs(1) {
+        return Err(("auth.session_ttl", "a login session must last at least one second".into()));
+    }
+    if auth.require_confirm {
+        return Err((
+            "auth.require_confirm",
+            "login confirmation by a one-time code is not available in this build of mesgd; \
+             set require_confirm = false"
+                .into(),
+        ));
+    }
+    Ok(())
+}
