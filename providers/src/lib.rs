@@ -29,6 +29,8 @@
 //!   anonymous tokens for path prefixes, in the PKI wire format.
 //! - [`sessions`] (features `builtin` and `jwt`): login sessions, compact HS256 JWTs for
 //!   builtin accounts, and the list of sessions ended by logout.
+//! - [`session_provider`] (features `builtin`, `jwt`, `tokens`): the `session` provider, a
+//!   login session or grant token in the CONNECT password.
 //! - `cache` and `rules` (private): the bounded cache and keyed MAC shared by the providers
 //!   that cache answers, and the reading of ACL rule arrays from tokens and webhook answers.
 
@@ -45,6 +47,8 @@ pub mod jwt;
 pub mod registry;
 #[cfg(any(feature = "jwt", feature = "http"))]
 mod rules;
+#[cfg(all(feature = "builtin", feature = "jwt", feature = "tokens"))]
+pub mod session_provider;
 #[cfg(all(feature = "builtin", feature = "jwt"))]
 pub mod sessions;
 #[cfg(any(feature = "jwt", feature = "tokens"))]

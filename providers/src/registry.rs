@@ -338,6 +338,9 @@ impl Registry {
         registry.register(crate::jwt::TYPE_NAME, Arc::new(crate::jwt::JwtFactory));
         #[cfg(feature = "http")]
         registry.register(crate::http::TYPE_NAME, Arc::new(crate::http::HttpFactory));
+        #[cfg(all(feature = "builtin", feature = "jwt", feature = "tokens"))]
+        registry
+            .register(crate::session_provider::TYPE_NAME, Arc::new(crate::session_provider::SessionFactory));
         registry
     }
 

@@ -62,7 +62,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 type Refused = (StatusCode, String);
 
 /// The login session of a request, verified, with its account's current record.
-fn session_of(
+async fn session_of(
     sessions: &Sessions,
     directory: &UserDirectory,
     headers: &HeaderMap,
@@ -80,7 +80,9 @@ fn session_of(
     let claims = sessions
         .verify(token, SystemTime::now())
         .map_err(|e| (StatusCode::UNAUTHORIZED, format!("the login session is refused: {e}")))?;
-    let record = directory.user(&claims.sub);
+    // The account as it is now, after every change committed so far.
+    directory.catch_up().await;
+    let record = directory.find_user(&claims.sub).await;
     if let Err(reason) = standing(record.as_deref()) {
         return Err((StatusCode::UNAUTHORIZED, format!("the login session is refused: {reason}")));
     }
@@ -146,7 +148,7 @@ async fn login(
 /// `POST /auth/logout`: ends the session that calls it.
 async fn logout(State(ctx): State<Arc<ServerContext>>, headers: HeaderMap) -> Response {
     let Some((sessions, directory)) = services(&ctx) else { return unavailable() };
-    let claims = match session_of(&sessions, &directory, &headers) {
+    let claims = match session_of(&sessions, &directory, &headers).await {
         Ok((claims, _)) => claims,
         Err((status, message)) => return error(status, message),
     };
@@ -164,7 +166,7 @@ async fn logout(State(ctx): State<Arc<ServerContext>>, headers: HeaderMap) -> Re
 /// `GET /account`: the session's account.
 async fn account(State(ctx): State<Arc<ServerContext>>, headers: HeaderMap) -> Response {
     let Some((sessions, directory)) = services(&ctx) else { return unavailable() };
-    match session_of(&sessions, &directory, &headers) {
+    match session_of(&sessions, &directory, &headers).await {
         Ok((claims, record)) => axum::Json(json!({
             "name": record.username,
             "username": record.username,

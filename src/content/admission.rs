@@ -314,6 +314,7 @@ async fn session_credential(ctx: &ServerContext, token: &Presented) -> Result<Cr
     let claims = sessions
         .verify(token.as_str(), SystemTime::now())
         .map_err(|e| Refusal::unauthorized(format!("the credential is refused: {e}")))?;
+    sessions.directory().catch_up().await;
     let record = sessions.directory().find_user(&claims.sub).await;
     standing(record.as_deref())
         .map_err(|reason| Refusal::unauthorized(format!("the login session is refused: {reason}")))?;
