@@ -214,6 +214,8 @@ pub struct AuthConfig {
     pub session_ttl: std::time::Duration,
     /// Whether a login needs a one-time code first (`POST /auth/confirm`).
     pub require_confirm: bool,
+    /// How confirmation codes are delivered (`[auth.confirm]`).
+    pub confirm: crate::accounts::confirm::ConfirmConfig,
 }
 
 impl Default for AuthConfig {
@@ -224,6 +226,7 @@ impl Default for AuthConfig {
             failed_login: crate::login_guard::FailedLoginConfig::default(),
             session_ttl: mesgd_providers::sessions::DEFAULT_TTL,
             require_confirm: false,
+            confirm: crate::accounts::confirm::ConfirmConfig::default(),
         }
     }
 }

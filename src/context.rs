@@ -38,8 +38,8 @@ pub struct ServerContext {
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
     /// protocol's own first message).
     pub(crate) connect_timeout: Duration,
-    /// How long a login session lasts (`[auth] session_ttl`).
-    pub(crate) session_ttl: Duration,
+    /// Login sessions and their confirmation (`[auth]`).
+    pub(crate) accounts: crate::accounts::Accounts,
 }
 
 impl ServerContext {
@@ -63,7 +63,7 @@ impl ServerContext {
             api: crate::http::api::ApiState::new(&config.http),
             content,
             connect_timeout: Duration::from_millis(config.limits.connect_timeout_ms),
-            session_ttl: config.auth.session_ttl,
+            accounts: crate::accounts::Accounts::new(&config.auth),
         }
     }
 

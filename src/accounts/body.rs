@@ -32,6 +32,22 @@ pub struct Issue {
     pub user: String,
 }
 
+/// `POST /auth/confirm`: `{"pending": ID, "code": C}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Confirm {
+    /// The pending login's id.
+    pub pending: String,
+    /// The one-time code.
+    pub code: String,
+}
+
+impl std::fmt::Debug for Confirm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confirm").finish_non_exhaustive()
+    }
+}
+
 /// Why a body was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -51,8 +67,20 @@ fn json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, BodyError> {
     if body.len() > MAX_BODY {
         return Err(BodyError::TooLarge);
     }
-    // serde_json's messages name the field and position, never a string's content.
-    serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))
+    // serde_json's messages name the field and position; those about a wrong type or value
+    // quote the value (a number given as a code, say), so they are replaced by a neutral one.
+    serde_json::from_slice(body).map_err(|e| {
+        let text = e.to_string();
+        if ["invalid type", "invalid value", "invalid length"].iter().any(|p| text.starts_with(p)) {
+            BodyError::Invalid(format!(
+                "a field has the wrong type or value at line {} column {}",
+                e.line(),
+                e.column()
+            ))
+        } else {
+            BodyError::Invalid(text)
+        }
+    })
 }
 
 fn check_len(name: &'static str, value: &str) -> Result<(), BodyError> {
@@ -67,6 +95,14 @@ pub fn parse_login(body: &[u8]) -> Result<Login, BodyError> {
     Ok(login)
 }
 
+/// Parses a confirm body.
+pub fn parse_confirm(body: &[u8]) -> Result<Confirm, BodyError> {
+    let confirm: Confirm = json(body)?;
+    check_len("pending", &confirm.pending)?;
+    check_len("code", &confirm.code)?;
+    Ok(confirm)
+}
+
 /// Parses an issue body.
 pub fn parse_issue(body: &[u8]) -> Result<Issue, BodyError> {
     let issue: Issue = json(body)?;
@@ -78,6 +114,7 @@ pub fn parse_issue(body: &[u8]) -> Result<Issue, BodyError> {
 pub fn fuzz(data: &[u8]) {
     let _ = parse_login(data);
     let _ = parse_issue(data);
+    let _ = parse_confirm(data);
 }
 
 #[cfg(test)]
@@ -95,7 +132,7 @@ mod tests {
             (br#"{"username":"a"}"#, "missing field `password`"),
             (br#"{"password":"secret-pw"}"#, "missing field `username`"),
             (br#"{"username":"a","password":"p","admin":true}"#, "unknown field `admin`"),
-            (br#"{"username":1,"password":"p"}"#, "invalid type"),
+            (br#"{"username":1,"password":"p"}"#, "wrong type"),
             (br#"{"username":"","password":"p"}"#, "`username` must be"),
             (br#"{"username":"a","password":""}"#, "`password` must be"),
             (long.as_bytes(), "`username` must be"),
@@ -124,6 +161,24 @@ mod tests {
             assert!(e.contains(words), "{e} should say {words:?}");
         }
         fuzz(b"\xff{");
+    }
+
+    #[test]
+    fn malformed_confirm_bodies_say_what_is_wrong() {
+        let cases: [(&[u8], &str); 5] = [
+            (br#"{"pending":"p"}"#, "missing field `code`"),
+            (br#"{"code":"12345678"}"#, "missing field `pending`"),
+            (br#"{"pending":"p","code":""}"#, "`code` must be"),
+            (br#"{"pending":"p","code":"1","user":"a"}"#, "unknown field `user`"),
+            (br#"{"pending":"p","code":12345678}"#, "wrong type"),
+        ];
+        for (body, words) in cases {
+            let e = parse_confirm(body).unwrap_err().to_string();
+            assert!(e.contains(words), "{e} should say {words:?}");
+            assert!(!e.contains("12345678"), "never echoes the code: {e}");
+        }
+        let ok = parse_confirm(br#"{"pending":"p","code":"1"}"#).unwrap();
+        assert_eq!(format!("{ok:?}"), "Confirm { .. }");
     }
 
     #[test]

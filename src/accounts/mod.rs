@@ -10,9 +10,11 @@
 //! # Layout
 //!
 //! - `body`: the request bodies, parsed strictly ([`body::parse_login`], [`body::parse_issue`]).
+//! - [`confirm`]: `require_confirm`: pending logins, one-time codes, their delivery.
 //! - `routes`: the routes and their answers.
 
 pub mod body;
+pub mod confirm;
 mod routes;
 
 use std::time::Duration;
@@ -31,13 +33,41 @@ pub(crate) fn validate(auth: &AuthConfig) -> Result<(), (&'static str, String)> 
     if auth.session_ttl < Duration::from_secs(1) {
         return Err(("auth.session_ttl", "a login session must last at least one second".into()));
     }
-    if auth.require_confirm {
+    if auth.require_confirm && !auth.confirm.delivers() {
         return Err((
-            "auth.require_confirm",
-            "login confirmation by a one-time code is not available in this build of mesgd; \
-             set require_confirm = false"
+            "auth.confirm",
+            "require_confirm = true needs a way to deliver codes: set [auth.confirm] command, \
+             webhook, or (on a developer's machine) development = true"
                 .into(),
         ));
     }
+    if auth.confirm.command.first().is_some_and(String::is_empty) {
+        return Err(("auth.confirm.command", "the program name is empty".into()));
+    }
+    if let Some(url) = &auth.confirm.webhook {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(("auth.confirm.webhook", format!("{url:?} is not an http:// or https:// URL")));
+        }
+    }
     Ok(())
+}
+
+/// The `[auth]` settings of login sessions, and the pending confirmations (in the context).
+#[derive(Debug)]
+pub(crate) struct Accounts {
+    pub(crate) session_ttl: Duration,
+    pub(crate) require_confirm: bool,
+    pub(crate) confirm: confirm::ConfirmConfig,
+    pub(crate) pending: confirm::Pending,
+}
+
+impl Accounts {
+    pub(crate) fn new(auth: &AuthConfig) -> Accounts {
+        Accounts {
+            session_ttl: auth.session_ttl,
+            require_confirm: auth.require_confirm,
+            confirm: auth.confirm.clone(),
+            pending: confirm::Pending::new(&auth.confirm),
+        }
+    }
 }

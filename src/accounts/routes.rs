@@ -18,6 +18,7 @@ use mesgd_providers::sessions::{SessionClaims, Sessions, looks_like_session};
 use serde_json::json;
 
 use super::body::{self, MAX_BODY};
+use super::confirm::Checked;
 use crate::content::grant::standing;
 use crate::context::ServerContext;
 use crate::http::HttpConnection;
@@ -27,6 +28,7 @@ pub(crate) fn routes() -> axum::Router<Arc<ServerContext>> {
     axum::Router::new()
         .route("/auth/login", post(login))
         .route("/auth/logout", post(logout))
+        .route("/auth/confirm", post(confirm))
         .route("/auth/admin/issue", post(issue))
         .route("/account", get(account))
 }
@@ -133,7 +135,20 @@ async fn login(
         return error(StatusCode::UNAUTHORIZED, "wrong username or password");
     }
     ctx.login_guard.succeeded(peer, Some(&login.username));
-    match sessions.issue(&login.username, SystemTime::now(), ctx.session_ttl) {
+    if ctx.accounts.require_confirm {
+        return pend(&ctx, &login.username).await;
+    }
+    session_answer(&sessions, &login.username, &ctx, peer)
+}
+
+/// The 200 answer with a new session for `account`.
+fn session_answer(
+    sessions: &Sessions,
+    account: &str,
+    ctx: &ServerContext,
+    peer: std::net::IpAddr,
+) -> Response {
+    match sessions.issue(account, SystemTime::now(), ctx.accounts.session_ttl) {
         Ok((token, claims)) => {
             tracing::info!(%peer, account = %claims.sub, "account logged in");
             axum::Json(json!({ "token": token, "expires_at": claims.exp })).into_response()
@@ -141,6 +156,61 @@ async fn login(
         Err(e) => {
             tracing::error!(error = %e, "cannot issue a login session");
             unavailable()
+        }
+    }
+}
+
+/// `require_confirm`: a pending login, its code delivered; 202 `{"pending"}`.
+async fn pend(ctx: &ServerContext, account: &str) -> Response {
+    let accounts = &ctx.accounts;
+    let Some((id, code)) = accounts.pending.open(account, crate::clock::now()) else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many logins are waiting for confirmation; try again later",
+        );
+    };
+    match super::confirm::deliver(&accounts.confirm, account, &code).await {
+        Ok(()) => (StatusCode::ACCEPTED, axum::Json(json!({ "pending": id }))).into_response(),
+        Err(e) => {
+            accounts.pending.cancel(&id);
+            tracing::error!(error = %e, %account, "cannot deliver a login confirmation code");
+            error(StatusCode::SERVICE_UNAVAILABLE, "the confirmation code could not be delivered")
+        }
+    }
+}
+
+/// `POST /auth/confirm`: completes a pending login with its code.
+async fn confirm(
+    State(ctx): State<Arc<ServerContext>>,
+    Extension(connection): Extension<HttpConnection>,
+    req: Request,
+) -> Response {
+    let Some((sessions, directory)) = services(&ctx) else { return unavailable() };
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let wanted = match body::parse_confirm(&body) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let peer = connection.peer.ip();
+    let delay = ctx.login_guard.delay_for(peer, None);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    match ctx.accounts.pending.check(&wanted.pending, &wanted.code, crate::clock::now()) {
+        Checked::Confirmed(account) => {
+            directory.catch_up().await;
+            if let Err(reason) = standing(directory.find_user(&account).await.as_deref()) {
+                return error(StatusCode::UNAUTHORIZED, format!("the login is refused: {reason}"));
+            }
+            session_answer(&sessions, &account, &ctx, peer)
+        }
+        Checked::Wrong | Checked::Unknown => {
+            ctx.login_guard.failed(peer, None);
+            Stats::add(&ctx.broker.stats().auth_failures, 1);
+            error(StatusCode::UNAUTHORIZED, "wrong or expired confirmation code")
         }
     }
 }
