@@ -269,3 +269,82 @@ async fn anonymous_tokens_admit_covered_paths_and_keep_their_limits() {
         assert!(err.contains(words), "{args:?}: {err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patterns_and_roles_over_rest() {
+    let (s, admin) = server().await;
+    let h = format!("authorization: Bearer {admin}\r\ncontent-type: application/json\r\n");
+    let (status, body) =
+        s.http("POST", "/api/v1/users/alice/patterns", &h, r#"{"path":"/room=lobby/kind=chat"}"#).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "patterns"), serde_json::json!(["/kind=chat/room=lobby"]), "canonical");
+    let compiled = r#"{"sample":{"kind":"news","room":"x"},"modes":{"kind":"exact"}}"#;
+    let (status, body) = s.http("POST", "/api/v1/users/alice/patterns", &h, compiled).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "direct"), serde_json::json!(["/kind=chat/room=lobby", "/kind=news"]));
+    for bad in [
+        r#"{"path":"/k=v*"}"#,
+        r#"{}"#,
+        r#"{"path":"/a","sample":{}}"#,
+        r#"{"sample":{"a":1},"modes":{"a":"maybe"}}"#,
+    ] {
+        let (status, body) = s.http("POST", "/api/v1/users/alice/patterns", &h, bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    assert_eq!(s.http("POST", "/api/v1/users/nobody/patterns", &h, r#"{"path":"/a"}"#).await.0, 404);
+
+    assert_eq!(s.http("POST", "/api/v1/roles", &h, r#"{"name":"ops"}"#).await.0, 201);
+    assert_eq!(s.http("POST", "/api/v1/roles", &h, r#"{"name":"ops"}"#).await.0, 409);
+    assert_eq!(s.http("POST", "/api/v1/roles/ops/patterns", &h, r#"{"path":"/kind=alert"}"#).await.0, 200);
+    let (status, body) = s.http("POST", "/api/v1/users/alice/roles", &h, r#"{"role":"ops"}"#).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(field(&body, "roles"), serde_json::json!(["ops"]));
+    assert_eq!(field(&body, "patterns").as_array().unwrap().len(), 3);
+    let (_, roles) = s.http("GET", "/api/v1/roles", &h, "").await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&roles).unwrap()[0]["patterns"],
+        serde_json::json!(["/kind=alert"])
+    );
+    assert_eq!(s.http("DELETE", "/api/v1/roles/ops/patterns?path=/kind%3Dalert", &h, "").await.0, 204);
+    assert_eq!(s.http("DELETE", "/api/v1/users/alice/roles/ops", &h, "").await.0, 204);
+    assert_eq!(s.http("DELETE", "/api/v1/roles/ops", &h, "").await.0, 204);
+    assert_eq!(s.http("GET", "/api/v1/roles/ops", &h, "").await.0, 404);
+    // The command line sees the same assignments.
+    let config = s.dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\ndir = {:?}\n[[listeners]]\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n",
+            s.storage().display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mesgd"))
+        .args(["grant", "list", "--config"])
+        .arg(&config)
+        .arg("alice")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/kind=chat/room=lobby\n/kind=news\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_mesgd"))
+        .args(["grant", "unassign", "--config"])
+        .arg(&config)
+        .args(["alice", "/kind=news"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_mesgd"))
+        .args(["grant", "issue", "--config"])
+        .arg(&config)
+        .arg("alice")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        s.connect("/kind=chat/room=lobby", Carrier::Bearer(&token)).await.is_ok(),
+        "the CLI's grant token works"
+    );
+    assert_eq!(s.connect("/kind=news", Carrier::Bearer(&token)).await.err().unwrap().status, 403);
+}

@@ -71,3 +71,37 @@ impl Accounts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(toml: &str) -> Result<crate::config::Config, String> {
+        let text = format!("[[listeners]]\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n{toml}");
+        crate::config::Config::from_toml(&text, None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_auth_keys_have_their_defaults_and_are_checked() {
+        let c = parsed("").unwrap();
+        assert_eq!(c.auth.session_ttl, Duration::from_secs(86_400));
+        assert!(!c.auth.require_confirm);
+        assert_eq!(
+            parsed("[auth]\nsession_ttl = \"90m\"\n").unwrap().auth.session_ttl,
+            Duration::from_secs(5400)
+        );
+        let cases = [
+            ("[auth]\nsession_ttl = \"soon\"\n", "session_ttl"),
+            ("[auth]\nsession_ttl = \"0s\"\n", "at least one second"),
+            ("[auth]\nrequire_confirm = true\n", "needs a way to deliver codes"),
+            ("[auth]\nrequire_confirm = true\n[auth.confirm]\ncommand = [\"\"]\n", "program name is empty"),
+            ("[auth.confirm]\nwebhook = \"ftp://x\"\n", "not an http:// or https:// URL"),
+            ("[auth.confirm]\nsms = true\n", "unknown field"),
+        ];
+        for (toml, words) in cases {
+            let e = parsed(toml).expect_err(toml);
+            assert!(e.contains(words), "{toml}: {e} should say {words:?}");
+        }
+        assert!(parsed("[auth]\nrequire_confirm = true\n[auth.confirm]\ndevelopment = true\n").is_ok());
+    }
+}
