@@ -59,6 +59,9 @@ pub(crate) struct Accounts {
     pub(crate) require_confirm: bool,
     pub(crate) confirm: confirm::ConfirmConfig,
     pub(crate) pending: confirm::Pending,
+    /// A hash of no one's password, with the store's cost: what a login for a name without a
+    /// usable hash is checked against (made on first use).
+    stand_in: std::sync::OnceLock<String>,
 }
 
 impl Accounts {
@@ -68,7 +71,18 @@ impl Accounts {
             require_confirm: auth.require_confirm,
             confirm: auth.confirm.clone(),
             pending: confirm::Pending::new(&auth.confirm),
+            stand_in: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The stand-in hash (blocks: hashing is slow by design).
+    pub(crate) fn stand_in_hash(&self, directory: &mesgd_providers::builtin::UserDirectory) -> &str {
+        use mesgd_providers::builtin::password;
+        self.stand_in.get_or_init(|| {
+            let cost = directory.store().pbkdf2_iterations().unwrap_or(password::DEFAULT_PBKDF2_ITERATIONS);
+            let secret: [u8; 16] = rand::random();
+            password::hash_password(&secret, cost).unwrap_or_default()
+        })
     }
 }
 

@@ -119,15 +119,20 @@ async fn login(
         .as_ref()
         .filter(|r| r.auth_type == AuthType::Basic && !r.disabled)
         .and_then(|r| r.password_hash.clone());
-    let verified = match hash {
-        Some(hash) => {
-            let password = login.password.into_bytes();
-            tokio::task::spawn_blocking(move || password::verify_password(&password, &hash).unwrap_or(false))
-                .await
-                .unwrap_or(false)
+    // An unknown, disabled or certificate-only account costs one hash check too, against a
+    // stand-in hash, so the answer's timing does not tell which names exist.
+    let password = login.password.into_bytes();
+    let stand_in = ctx.clone();
+    let verified = tokio::task::spawn_blocking(move || match hash {
+        Some(hash) => password::verify_password(&password, &hash).unwrap_or(false),
+        None => {
+            let dummy = stand_in.accounts.stand_in_hash(&directory);
+            let _ = password::verify_password(&password, dummy);
+            false
         }
-        None => false,
-    };
+    })
+    .await
+    .unwrap_or(false);
     if !verified {
         ctx.login_guard.failed(peer, Some(&login.username));
         Stats::add(&ctx.broker.stats().auth_failures, 1);
