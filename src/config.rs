@@ -200,7 +200,7 @@ impl ListenerConfig {
 }
 
 /// `[auth]`
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Whether a client that sent no username and that no provider resolved is admitted as
@@ -212,6 +212,26 @@ pub struct AuthConfig {
     pub providers: Vec<toml::Table>,
     /// Slowing down repeated failures.
     pub failed_login: crate::login_guard::FailedLoginConfig,
+    /// How long a login session (`POST /auth/login`) lasts (humantime, e.g. `"24h"`).
+    #[serde(deserialize_with = "crate::accounts::humantime_duration")]
+    pub session_ttl: std::time::Duration,
+    /// Whether a login needs a one-time code first (`POST /auth/confirm`).
+    pub require_confirm: bool,
+    /// How confirmation codes are delivered (`[auth.confirm]`).
+    pub confirm: crate::accounts::confirm::ConfirmConfig,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            allow_anonymous: false,
+            providers: Vec::new(),
+            failed_login: crate::login_guard::FailedLoginConfig::default(),
+            session_ttl: mesgd_providers::sessions::DEFAULT_TTL,
+            require_confirm: false,
+            confirm: crate::accounts::confirm::ConfirmConfig::default(),
+        }
+    }
 }
 
 /// `[limits]`
@@ -340,6 +360,7 @@ impl Config {
         if self.listeners.is_empty() {
             return Err(invalid("listeners", "at least one [[listeners]] table is required"));
         }
+        crate::accounts::validate(&self.auth).map_err(|(key, message)| invalid(key, message))?;
         let mut names = std::collections::HashSet::new();
         for (i, l) in self.listeners.iter().enumerate() {
             if !names.insert(self.listener_name(i)) {

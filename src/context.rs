@@ -38,6 +38,8 @@ pub struct ServerContext {
     /// How long a new connection may take to finish its handshakes (TLS, HTTP headers, the
     /// protocol's own first message).
     pub(crate) connect_timeout: Duration,
+    /// Login sessions and their confirmation (`[auth]`).
+    pub(crate) accounts: crate::accounts::Accounts,
 }
 
 impl ServerContext {
@@ -83,6 +85,7 @@ impl ServerContext {
             api: crate::http::api::ApiState::new(&config.http),
             content,
             connect_timeout: Duration::from_millis(config.limits.connect_timeout_ms),
+            accounts: crate::accounts::Accounts::new(&config.auth),
         }
     }
 

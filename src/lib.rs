@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! - [`accounts`]: login sessions and grant tokens on the `http` listener (`/auth`,
+//!   `/account`).
 //! - [`config`]: the TOML configuration, its defaults and validation.
 //! - [`server`]: [`server::Server`] — binds listeners, runs the timer and `$SYS` tasks, shuts
 //!   down in order.
@@ -26,6 +28,7 @@
 //! - `linger`: closing a connection so that the peer reads our last packet.
 //! - [`logging`]: `tracing` set-up for the binary.
 
+pub mod accounts;
 mod clock;
 pub mod config;
 pub mod content;

@@ -1,7 +1,9 @@
 //! The `mesgd` command line: `mesgd serve` runs the broker; `mesgd user` and `mesgd acl` manage
 //! the builtin user store, also while the broker runs; `mesgd admin` manages the administrators
 //! and API tokens of the REST API; `mesgd forge`, `mesgd check` and `mesgd keys` make, try and
-//! manage PKI tokens; `mesgd pattern compile` builds a content-routing pattern from a sample
+//! manage PKI tokens; `mesgd grant` and `mesgd role` manage accounts' content-routing
+//! patterns and issue grant tokens; `mesgd token anonymous` mints anonymous tokens;
+//! `mesgd pattern compile` builds a content-routing pattern from a sample
 //! message; `mesgd plugin check` inspects a plugin library.
 //!
 //! Exit status: 0 on success; 1 on failure, and for `check` when the token does not admit the
@@ -40,6 +42,15 @@ enum Command {
     /// Manage builtin users' ACL rules.
     #[command(subcommand)]
     Acl(mesgd_providers::builtin::AclCommand),
+    /// Assign content-routing patterns to users and issue grant tokens.
+    #[command(subcommand)]
+    Grant(mesgd_providers::builtin::GrantCommand),
+    /// Manage roles: named sets of content-routing patterns.
+    #[command(subcommand)]
+    Role(mesgd_providers::builtin::RoleCommand),
+    /// Mint tokens that are neither logins nor grants.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Manage the administrators of the REST API and console, and API tokens (in
     /// <storage.dir>/config.db).
     #[command(subcommand)]
@@ -61,6 +72,17 @@ enum Command {
     /// Inspect or compact the broker's state store (<storage.dir>/state.db).
     #[command(subcommand)]
     Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a one-hour anonymous token admitting an upgrade on a path one of the 1 to 8
+    /// PREFIXes covers (`/` and star-only patterns are refused).
+    Anonymous {
+        /// The path prefixes.
+        #[arg(required = true)]
+        prefixes: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -248,6 +270,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let db = user_db(&config)?;
             let stdin = std::io::stdin();
             mesgd_providers::builtin::run_admin_command(cmd, &db, &mut std::io::stdout(), &mut stdin.lock())?;
+        }
+        Command::Grant(cmd) => {
+            let db = user_db(&config)?;
+            let issue = |record: &mesgd_providers::builtin::UserRecord| {
+                let keys = mesgd_providers::tokens::KeyStore::open_or_create(&keys_dir, now)
+                    .map_err(|e| e.to_string())?;
+                mesgd_providers::grants::issue_grant(&keys, record, now)
+                    .map(|(token, _)| token)
+                    .map_err(|e| e.to_string())
+            };
+            mesgd_providers::builtin::run_grant_command(cmd, &db, &mut std::io::stdout(), issue)?;
+        }
+        Command::Role(cmd) => {
+            let db = user_db(&config)?;
+            mesgd_providers::builtin::run_role_command(cmd, &db, &mut std::io::stdout())?;
+        }
+        Command::Token(TokenCommand::Anonymous { prefixes }) => {
+            let keys = mesgd_providers::tokens::KeyStore::open_or_create(&keys_dir, now)?;
+            let (token, _) = mesgd_providers::grants::mint_anonymous(&keys, &prefixes, now)?;
+            println!("{token}");
         }
         Command::Acl(cmd) => {
             let db = user_db(&config)?;

@@ -143,6 +143,7 @@ fn build_chain(config: &Config) -> Result<(Chain, Services), StartError> {
     // the builtin provider uses; without a builtin provider it is opened here for the API alone.
     if config.listeners.iter().any(|l| l.kind == ListenerKind::Http) {
         ctx.user_directory().map_err(StartError::UserStore)?;
+        ctx.sessions().map_err(StartError::UserStore)?;
     }
     Ok((chain, std::mem::take(ctx.services_mut())))
 }

@@ -210,10 +210,13 @@ async fn upgrades_at_invalid_or_reserved_paths_and_plain_requests_are_refused() 
     assert!(r.body.contains("a=b=c"), "names the segment: {}", r.body);
     let r = s.connect("/room=lo*bby", Carrier::None).await.err().expect("refused");
     assert_eq!(r.status, 400, "{}", r.body);
-    for reserved in ["/api/x", "/auth", "/account", "/console/x"] {
+    for reserved in ["/api/x", "/auth", "/auth/x", "/console/x"] {
         let r = s.connect(reserved, Carrier::None).await.err().expect("refused");
         assert_eq!(r.status, 404, "{reserved}: {}", r.body);
     }
+    // `/account` is the accounts front end's: it wants a login session, and is never a listener.
+    let r = s.connect("/account", Carrier::None).await.err().expect("not upgraded");
+    assert_eq!(r.status, 401, "{}", r.body);
     // A reserved path another front end serves answers as that front end: /metrics is the
     // metrics page, never a content listener.
     let r = s.connect("/metrics", Carrier::None).await.err().expect("not upgraded");

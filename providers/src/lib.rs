@@ -25,6 +25,12 @@
 //!   format (encrypted claims, a dot, an ECDSA signature), the server's key store under
 //!   `<storage.dir>/keys/` with rotation, `forge` / `verify` / `check`, the `mesgd forge`,
 //!   `check` and `keys` commands, and the SDK's message signature and encryption helpers.
+//! - [`grants`] (features `builtin` and `tokens`): grant tokens for builtin accounts and
+//!   anonymous tokens for path prefixes, in the PKI wire format.
+//! - [`sessions`] (features `builtin` and `jwt`): login sessions, compact HS256 JWTs for
+//!   builtin accounts, and the list of sessions ended by logout.
+//! - [`session_provider`] (features `builtin`, `jwt`, `tokens`): the `session` provider, a
+//!   login session or grant token in the CONNECT password.
 //! - `cache` and `rules` (private): the bounded cache and keyed MAC shared by the providers
 //!   that cache answers, and the reading of ACL rule arrays from tokens and webhook answers.
 
@@ -32,6 +38,8 @@
 pub mod builtin;
 #[cfg(any(feature = "builtin", feature = "http"))]
 mod cache;
+#[cfg(all(feature = "builtin", feature = "tokens"))]
+pub mod grants;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "jwt")]
@@ -39,6 +47,10 @@ pub mod jwt;
 pub mod registry;
 #[cfg(any(feature = "jwt", feature = "http"))]
 mod rules;
+#[cfg(all(feature = "builtin", feature = "jwt", feature = "tokens"))]
+pub mod session_provider;
+#[cfg(all(feature = "builtin", feature = "jwt"))]
+pub mod sessions;
 #[cfg(any(feature = "jwt", feature = "tokens"))]
 mod token_shape;
 #[cfg(feature = "tokens")]

@@ -286,6 +286,16 @@ impl BuildContext {
         self.services.get_or_try_insert_with(|| UserDirectory::open(&db))
     }
 
+    /// The login sessions over the builtin user directory, opened on first use (the REST
+    /// routes of `/auth` and the content-routing upgrade share them).
+    #[cfg(all(feature = "builtin", feature = "jwt"))]
+    pub fn sessions(&mut self) -> Result<Arc<crate::sessions::Sessions>, StoreError> {
+        let directory = self.user_directory()?;
+        self.services.get_or_try_insert_with(|| {
+            crate::sessions::Sessions::open(directory, std::time::SystemTime::now())
+        })
+    }
+
     /// The services opened so far (by providers while the chain was built).
     pub fn services(&self) -> &Services {
         &self.services
@@ -328,6 +338,9 @@ impl Registry {
         registry.register(crate::jwt::TYPE_NAME, Arc::new(crate::jwt::JwtFactory));
         #[cfg(feature = "http")]
         registry.register(crate::http::TYPE_NAME, Arc::new(crate::http::HttpFactory));
+        #[cfg(all(feature = "builtin", feature = "jwt", feature = "tokens"))]
+        registry
+            .register(crate::session_provider::TYPE_NAME, Arc::new(crate::session_provider::SessionFactory));
         registry
     }
 

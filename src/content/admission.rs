@@ -11,11 +11,13 @@
 //!
 //! # Credentials
 //!
-//! [`Credential`] is what admitted a connection. Today: authentication switched off, a public
-//! path, or a claim token whose pairs match the path. Every one of them makes a listener
-//! (`Role::Listener`). The login session and the grant token of the `/auth` API plug in here as
-//! two more variants: a login session admits any path and listens; a grant connection is a
-//! `Role::FilteredSender` over the patterns still assigned to its user, and is not registered.
+//! [`Credential`] is what admitted a connection: authentication switched off, a public path, a
+//! claim token whose pairs match the path, an anonymous token one of whose prefixes covers
+//! the path, or a login session of an enabled account (any path). Each of them makes a
+//! listener (`Role::Listener`). A grant token admits the path when one of its patterns that
+//! the account *still* holds covers it; the connection is a `Role::FilteredSender`, not
+//! registered, whose messages are filtered before each scan (`super::grant`). A login session
+//! is told from a PKI token by its shape (three dot-separated parts, a JWT).
 //!
 //! # Refusals
 //!
@@ -36,8 +38,11 @@ use axum::http::{Response, StatusCode, Uri};
 use base64::Engine as _;
 use mesgd_core::broker::Stats;
 use mesgd_core::content::Path;
-use mesgd_providers::tokens::{Claims, ContentPaths, Kind, TokenError, claim_admits};
+use mesgd_providers::builtin::UserDirectory;
+use mesgd_providers::sessions::{Sessions, looks_like_session};
+use mesgd_providers::tokens::{Claims, ContentPaths, Kind, Payload, TokenError, claim_admits};
 
+use super::grant::{Bound, standing, still_assigned};
 use super::registry::Role;
 use crate::context::ServerContext;
 
@@ -72,13 +77,49 @@ pub(crate) enum Credential {
         /// The token's id (for the log; never the token).
         jti: String,
     },
+    /// An anonymous token, one of whose prefixes covers the path.
+    Anonymous {
+        /// The token's id.
+        jti: String,
+    },
+    /// A login session of an enabled account.
+    Session {
+        /// The account.
+        account: String,
+        /// Its expiry, unix seconds.
+        exp: u64,
+    },
+    /// A grant token, one of whose still-assigned patterns covers the path.
+    Grant {
+        /// The token's id.
+        jti: String,
+        /// The account.
+        account: String,
+        /// Its expiry, unix seconds.
+        exp: u64,
+        /// The token's patterns (all of them: which are still assigned is checked per message).
+        patterns: Arc<[Path]>,
+    },
 }
 
 impl Credential {
     /// How a connection admitted by this credential on `path` takes part.
     pub(crate) fn role(&self, path: Path) -> Role {
         match self {
-            Credential::AuthDisabled | Credential::Public | Credential::Claim { .. } => Role::Listener(path),
+            Credential::Grant { .. } => Role::FilteredSender,
+            _ => Role::Listener(path),
+        }
+    }
+
+    /// The live checks of a connection that speaks for an account.
+    pub(crate) fn bound(&self, ctx: &ServerContext) -> Option<Bound> {
+        let directory = ctx.services.get::<UserDirectory>()?;
+        match self {
+            Credential::Session { account, exp } => Some(Bound::session(directory, account.clone(), *exp)),
+            Credential::Grant { account, exp, patterns, .. } => {
+                Some(Bound::grant(directory, account.clone(), *exp, patterns.clone()))
+            }
+            _ => None,
         }
     }
 
@@ -88,6 +129,9 @@ impl Credential {
             Credential::AuthDisabled => "auth disabled".into(),
             Credential::Public => "public path".into(),
             Credential::Claim { jti } => format!("claim token {jti}").into(),
+            Credential::Anonymous { jti } => format!("anonymous token {jti}").into(),
+            Credential::Session { account, .. } => format!("login session of {account:?}").into(),
+            Credential::Grant { jti, account, .. } => format!("grant token {jti} of {account:?}").into(),
         }
     }
 }
@@ -242,9 +286,13 @@ pub(crate) async fn admit(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let decided = match ctx.content.verify(token).await {
-        Ok(claims) => credential_for(&claims, path),
-        Err(e) => Err(Refusal::unauthorized(format!("the credential is refused: {e}"))),
+    let decided = if looks_like_session(token.as_str()) {
+        session_credential(ctx, &token).await
+    } else {
+        match ctx.content.verify(token).await {
+            Ok(claims) => credential_for(ctx, &claims, path).await,
+            Err(e) => Err(Refusal::unauthorized(format!("the credential is refused: {e}"))),
+        }
     };
     match &decided {
         Ok(_) => ctx.login_guard.succeeded(peer, None),
@@ -257,15 +305,69 @@ pub(crate) async fn admit(
     decided
 }
 
+/// What a login session admits: any path, for an enabled account.
+async fn session_credential(ctx: &ServerContext, token: &Presented) -> Result<Credential, Refusal> {
+    let sessions = ctx
+        .services
+        .get::<Sessions>()
+        .ok_or_else(|| Refusal::unauthorized("this server has no login sessions"))?;
+    let claims = sessions
+        .verify(token.as_str(), SystemTime::now())
+        .map_err(|e| Refusal::unauthorized(format!("the credential is refused: {e}")))?;
+    sessions.directory().catch_up().await;
+    let record = sessions.directory().find_user(&claims.sub).await;
+    standing(record.as_deref())
+        .map_err(|reason| Refusal::unauthorized(format!("the login session is refused: {reason}")))?;
+    Ok(Credential::Session { account: claims.sub, exp: claims.exp })
+}
+
+/// Parses a token's patterns or prefixes.
+fn paths(items: &[String]) -> Result<Vec<Path>, Refusal> {
+    items
+        .iter()
+        .map(|p| {
+            Path::parse(p).map_err(|e| Refusal::forbidden(format!("the token holds an invalid path: {e}")))
+        })
+        .collect()
+}
+
 /// What verified `claims` admit on `path`.
-fn credential_for(claims: &Claims, path: &Path) -> Result<Credential, Refusal> {
-    match claims.kind() {
-        Kind::Claim => match claim_admits(claims, path.as_str(), &ContentPaths) {
+async fn credential_for(ctx: &ServerContext, claims: &Claims, path: &Path) -> Result<Credential, Refusal> {
+    match (&claims.payload, claims.kind()) {
+        (_, Kind::Claim) => match claim_admits(claims, path.as_str(), &ContentPaths) {
             Ok(true) => Ok(Credential::Claim { jti: claims.jti.clone() }),
             Ok(false) => Err(Refusal::forbidden("the claim token's pairs do not match this path")),
             Err(e) => Err(Refusal::forbidden(format!("the claim token cannot be checked: {e}"))),
         },
-        other => Err(Refusal::forbidden(format!("a {other} token cannot open a content connection"))),
+        (Payload::Anonymous(prefixes), _) => {
+            if paths(prefixes)?.iter().any(|p| p.covers(path)) {
+                Ok(Credential::Anonymous { jti: claims.jti.clone() })
+            } else {
+                Err(Refusal::forbidden("no prefix of the anonymous token covers this path"))
+            }
+        }
+        (Payload::Grant(patterns), _) => {
+            let (Some(account), Some(exp)) = (&claims.sub, claims.exp) else {
+                return Err(Refusal::forbidden("a grant token must name its account and expire"));
+            };
+            let directory = ctx
+                .services
+                .get::<UserDirectory>()
+                .ok_or_else(|| Refusal::forbidden("this server has no accounts"))?;
+            let patterns: Arc<[Path]> = paths(patterns)?.into();
+            directory.catch_up().await;
+            let record = directory.find_user(account).await;
+            let record = standing(record.as_deref())
+                .map_err(|reason| Refusal::forbidden(format!("the grant token is refused: {reason}")))?;
+            if still_assigned(&patterns, record).iter().any(|p| p.covers(path)) {
+                Ok(Credential::Grant { jti: claims.jti.clone(), account: account.clone(), exp, patterns })
+            } else {
+                Err(Refusal::forbidden(
+                    "no pattern of the grant token that is still assigned covers this path",
+                ))
+            }
+        }
+        (_, other) => Err(Refusal::forbidden(format!("a {other} token cannot open a content connection"))),
     }
 }
 

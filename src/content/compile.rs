@@ -101,8 +101,9 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body>
     r
 }
 
-/// Parses and compiles one request body.
-fn answer(body: &[u8]) -> Result<String, PatternError> {
+/// Parses and compiles one request body (`{"sample", "modes"}`); the REST API's pattern
+/// bodies use it too.
+pub(crate) fn answer(body: &[u8]) -> Result<String, PatternError> {
     let request: CompileRequest =
         serde_json::from_slice(body).map_err(|e| PatternError::Request(e.to_string()))?;
     compile(&request.sample, &request.modes.unwrap_or_default())

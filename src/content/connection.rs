@@ -13,6 +13,7 @@
 //! | a message over `max_message_bytes` | 1009, "message over the N-byte limit" |
 //! | the listener's queue passed its cap | 1008, "too slow: …" (counted in `slow_disconnects`) |
 //! | the server shuts down | 1001, "server shutting down" |
+//! | the account of a grant or login session is disabled or deleted, or the token expired | 1008, "the account is disabled" (…) |
 //!
 //! A refused frame reaches no one. The listener is removed from the registry before the close
 //! frame goes out, so a peer that sees its close acknowledged is no longer registered. Sending
@@ -29,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
+use super::grant::Bound;
 use super::outbox::{Ended, Outbox};
 use super::registry::{Entry, Role};
 use super::stats;
@@ -61,13 +63,19 @@ enum End {
 pub(crate) struct Registered {
     ctx: Arc<ServerContext>,
     entry: Entry,
+    /// The live checks of a connection that speaks for an account.
+    bound: Option<Bound>,
 }
 
 impl Registered {
     /// Registers a connection of `role`; refused when the registry is full.
-    pub(crate) fn open(ctx: &Arc<ServerContext>, role: Role) -> Result<Registered, MatcherFull> {
+    pub(crate) fn open(
+        ctx: &Arc<ServerContext>,
+        role: Role,
+        bound: Option<Bound>,
+    ) -> Result<Registered, MatcherFull> {
         let entry = ctx.content.registry.open(role)?;
-        Ok(Registered { ctx: ctx.clone(), entry })
+        Ok(Registered { ctx: ctx.clone(), entry, bound })
     }
 }
 
@@ -78,8 +86,9 @@ impl Drop for Registered {
 }
 
 /// Runs a content connection until it ends.
-pub(crate) async fn run(socket: WebSocket, registered: Registered, connection: HttpConnection) {
+pub(crate) async fn run(socket: WebSocket, mut registered: Registered, connection: HttpConnection) {
     let ctx = registered.ctx.clone();
+    let mut bound = registered.bound.take();
     let content = &ctx.content;
     let mut stopping = content.stopping();
     let (mut sink, mut stream) = socket.split();
@@ -88,9 +97,18 @@ pub(crate) async fn run(socket: WebSocket, registered: Registered, connection: H
     } else {
         let entry = &registered.entry;
         let mut scratch = Vec::new();
+        // The account's standing is watched by a copy of the checks; the reader keeps its own.
+        let watched = bound.as_ref().map(Bound::watcher);
+        let account_ended = async {
+            match &watched {
+                Some(w) => w.ended().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            end = read_loop(&mut stream, &ctx, entry, &mut scratch) => end,
+            end = read_loop(&mut stream, &ctx, entry, bound.as_mut(), &mut scratch) => end,
             end = write_loop(&mut sink, &entry.outbox, &ctx) => end,
+            reason = account_ended => End::Close(CloseCode::Policy, reason.into()),
             _ = stopping.changed() => End::Close(CloseCode::Away, "server shutting down".into()),
         }
     };
@@ -137,7 +155,13 @@ where
 }
 
 /// Reads frames and routes each JSON message, until the connection must end.
-async fn read_loop<S>(stream: &mut S, ctx: &ServerContext, entry: &Entry, scratch: &mut Vec<u64>) -> End
+async fn read_loop<S>(
+    stream: &mut S,
+    ctx: &ServerContext,
+    entry: &Entry,
+    mut bound: Option<&mut Bound>,
+    scratch: &mut Vec<u64>,
+) -> End
 where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
 {
@@ -154,7 +178,15 @@ where
         match frame {
             Message::Text(text) => match Json::scan(text.as_bytes()) {
                 Ok(message) => {
-                    content.registry.deliver(entry, &message, &text, scratch);
+                    // Checked at every message, against the state after every change so far.
+                    let reach = match bound.as_deref_mut() {
+                        Some(b) => match b.reach().await {
+                            Ok(patterns) => patterns,
+                            Err(reason) => return End::Close(CloseCode::Policy, reason.into()),
+                        },
+                        None => &[],
+                    };
+                    content.registry.deliver(entry, reach, &message, &text, scratch);
                 }
                 Err(e) => {
                     stats::add(&content.stats().messages_refused, 1);

@@ -12,6 +12,8 @@
 //! - [`config`]: the `[content]` table.
 //! - `route`: the HTTP side: reserved paths, the path, admission, the upgrade.
 //! - `admission`: where the credential comes from and what admits which path.
+//! - `grant`: the live checks of connections that speak for an account (grant connections'
+//!   reach before each message; closing on a disabled or deleted account or an expiry).
 //! - `connection`: one connection's task: reading, routing, writing, closing.
 //! - `registry`: the shared matcher, each connection's outbox, delivery.
 //! - `outbox`: a listener's bounded queue.
@@ -22,6 +24,7 @@ mod admission;
 pub mod compile;
 pub mod config;
 mod connection;
+pub(crate) mod grant;
 mod outbox;
 mod registry;
 mod route;
@@ -132,6 +135,16 @@ impl Content {
             .await
             .map_err(|_| Unverified::Aborted)?
             .map_err(Unverified::from)
+    }
+
+    /// Runs `f` with the server's token keys (on a blocking thread: RSA work); `None` without
+    /// a key store.
+    pub(crate) async fn with_keys<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&KeyStore) -> T + Send + 'static,
+    ) -> Option<T> {
+        let keys = self.keys.clone()?;
+        tokio::task::spawn_blocking(move || f(&read(&keys.store))).await.ok()
     }
 
     /// The counters.

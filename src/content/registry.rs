@@ -33,13 +33,10 @@ const KEEP_SCRATCH: usize = 4096;
 pub(crate) enum Role {
     /// Registered on its URL path; its messages reach every listener they match.
     Listener(Path),
-    /// Not registered (it receives nothing); its messages reach only the matching listeners
-    /// whose path one of these patterns covers. Grant connections (a later credential).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "grant tokens, the credential that sends filtered, come later")
-    )]
-    FilteredSender(Arc<[Path]>),
+    /// Not registered (it receives nothing); each of its messages reaches only the matching
+    /// listeners whose path one of the patterns given with it covers: a grant connection, whose
+    /// patterns are re-checked before every message (`super::grant`).
+    FilteredSender,
 }
 
 /// One open connection, as the registry knows it.
@@ -104,10 +101,13 @@ impl Registry {
     }
 
     /// Hands `text` (already scanned as `message`) from `from` to every listener it reaches;
-    /// returns how many. `scratch` is the sender's reusable buffer of matched ids.
+    /// returns how many. A [`Role::FilteredSender`] reaches only listeners whose path one of
+    /// `patterns` covers (none, without patterns). `scratch` is the sender's reusable buffer of
+    /// matched ids.
     pub(crate) fn deliver(
         &self,
         from: &Entry,
+        patterns: &[Path],
         message: &Message<'_>,
         text: &Utf8Bytes,
         scratch: &mut Vec<u64>,
@@ -115,7 +115,8 @@ impl Registry {
         scratch.clear();
         match &from.role {
             Role::Listener(_) => self.matcher.for_each_match(message, |id| scratch.push(id)),
-            Role::FilteredSender(patterns) => self.matcher.for_each_match_with_path(message, |id, path| {
+            Role::FilteredSender if patterns.is_empty() => {}
+            Role::FilteredSender => self.matcher.for_each_match_with_path(message, |id, path| {
                 if patterns.iter().any(|p| p.covers(path)) {
                     scratch.push(id);
                 }
@@ -195,9 +196,13 @@ mod tests {
     }
 
     fn send(r: &Registry, from: &Entry, json: &str) -> usize {
+        send_as(r, from, &[], json)
+    }
+
+    fn send_as(r: &Registry, from: &Entry, patterns: &[Path], json: &str) -> usize {
         let text = Utf8Bytes::from(json.to_owned());
         let message = Message::scan(text.as_bytes()).unwrap();
-        r.deliver(from, &message, &text, &mut Vec::new())
+        r.deliver(from, patterns, &message, &text, &mut Vec::new())
     }
 
     async fn queued(e: &Entry) -> Vec<String> {
@@ -255,12 +260,13 @@ mod tests {
         let r = registry(false);
         let lobby = listener(&r, "/room=lobby/from=ann");
         let any_room = listener(&r, "/room=*");
-        let grant: Arc<[Path]> = Arc::from(vec![Path::parse("/room=lobby").unwrap()]);
-        let sender = r.open(Role::FilteredSender(grant)).unwrap();
+        let grant = [Path::parse("/room=lobby").unwrap()];
+        let sender = r.open(Role::FilteredSender).unwrap();
         assert_eq!(r.listeners(), 2);
-        assert_eq!(send(&r, &sender, r#"{"room":"lobby","from":"ann"}"#), 1);
+        assert_eq!(send_as(&r, &sender, &grant, r#"{"room":"lobby","from":"ann"}"#), 1);
         assert_eq!(queued(&lobby).await.len(), 1);
         assert_eq!(queued(&any_room).await.len(), 0, "/room=lobby does not cover /room=*");
+        assert_eq!(send_as(&r, &sender, &[], r#"{"room":"lobby","from":"ann"}"#), 0, "no pattern, no reach");
     }
 
     #[tokio::test]
@@ -307,7 +313,7 @@ mod tests {
                         let n = seq.fetch_add(1, Ordering::SeqCst);
                         let text = Utf8Bytes::from(format!(r#"{{"k":{n}}}"#));
                         let message = Message::scan(text.as_bytes()).unwrap();
-                        r.deliver(&sender, &message, &text, &mut scratch);
+                        r.deliver(&sender, &[], &message, &text, &mut scratch);
                     }
                 })
             };

@@ -97,7 +97,8 @@ async fn upgrade(
         protocol: admission::offers_json(req.headers()).then_some(JSON_PROTOCOL),
         max_message: ctx.content.config.max_message_bytes,
     };
-    let registered = match connection::Registered::open(&ctx, credential.role(path)) {
+    let bound = credential.bound(&ctx);
+    let registered = match connection::Registered::open(&ctx, credential.role(path), bound) {
         Ok(r) => r,
         Err(full) => {
             tracing::warn!(peer = %connection.peer, error = %full, "content upgrade refused: too many listeners");

@@ -54,6 +54,7 @@ pub(crate) fn router(ctx: &Arc<ServerContext>, listener: &ListenerConfig) -> Rou
             .route(crate::metrics::route::PATH, axum::routing::get(crate::metrics::route::serve))
             .merge(api::router(ctx))
             .merge(console::routes())
+            .merge(crate::accounts::routes())
             .merge(crate::content::routes()),
         // The relay answers on every path: there is nothing else on its listener.
         ListenerKind::RelayWs => {

@@ -143,6 +143,9 @@ pub enum CliError {
     /// The output could not be written.
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    /// The command was refused, for the reason given (e.g. a token that cannot be issued).
+    #[error("{0}")]
+    Refused(String),
 }
 
 fn parse_auth_type(text: &str) -> Result<AuthType, String> {

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -69,6 +69,10 @@ struct Inner {
     lookup_counts: LookupCounts,
     /// Whether the last read on a miss failed, so a failure streak is logged once.
     lookup_failing: AtomicBool,
+    /// A connection of its own for [`UserDirectory::catch_up`]'s `data_version` checks, and
+    /// the version it last saw applied.
+    check: Mutex<Connection>,
+    checked_version: AtomicI64,
 }
 
 /// A username that connected clients hold, with the state last published to them.
@@ -94,6 +98,8 @@ impl UserDirectory {
         // by *other* connections, and this one never writes.
         let mut poll_conn = super::schema::open_connection(db_path)?;
         let version = data_version(&poll_conn, db_path)?;
+        let check = super::schema::open_connection(db_path)?;
+        let checked_version = data_version(&check, db_path)?;
         let snapshot = into_snapshot(store::load_all(&mut poll_conn, db_path)?);
         let (wake, woken) = mpsc::channel();
         let inner = Arc::new(Inner {
@@ -108,6 +114,8 @@ impl UserDirectory {
             read_slot: Arc::new(Semaphore::new(1)),
             lookup_counts: LookupCounts::default(),
             lookup_failing: AtomicBool::new(false),
+            check: Mutex::new(check),
+            checked_version: AtomicI64::new(checked_version),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -143,6 +151,27 @@ impl UserDirectory {
         if self.inner.wake.send(Some(reply)).is_ok() {
             // An error means the thread is gone (the directory is being dropped): nothing to wait for.
             let _ = applied.await;
+        }
+    }
+
+    /// Makes sure every change committed to the store before the call is applied: if the
+    /// store's `data_version` moved since the last call saw it applied (a commit by any
+    /// process, the command line included), waits for [`UserDirectory::sync`]. Otherwise it
+    /// costs one `PRAGMA data_version` (a read of SQLite's shared memory). What a grant
+    /// connection calls before each message, so that a change made a moment ago, by whatever
+    /// process, is the state that message is checked against.
+    pub async fn catch_up(&self) {
+        let path = self.inner.store.path();
+        let version = match data_version(&lock(&self.inner.check), path) {
+            Ok(v) => v,
+            Err(error) => {
+                tracing::warn!(%error, "cannot check the user database for changes");
+                return;
+            }
+        };
+        if version != self.inner.checked_version.load(Ordering::Acquire) {
+            self.sync().await;
+            self.inner.checked_version.store(version, Ordering::Release);
         }
     }
 

@@ -3,6 +3,9 @@
 //! while the broker runs.
 //!
 //! - [`store`]: the database and its management API ([`Store`]).
+//! - [`accounts`]: accounts' message access: content permissions, roles, assignments, and the
+//!   ended login sessions ([`Store::assign_pattern`], ...).
+//! - [`accounts_cli`]: `mesgd grant ...` and `mesgd role ...`.
 //! - [`password`]: PBKDF2-HMAC-SHA256 hashes (and bcrypt verification).
 //! - [`live`]: the [`UserDirectory`], the broker's in-memory view of the store that follows
 //!   changes and pushes them to connected clients.
@@ -14,6 +17,8 @@
 //!   [`admin_cli`]: `mesgd admin ...`.
 //! - `schema`: the schema of `config.db`, its migrations, and how a connection is opened.
 
+pub mod accounts;
+pub mod accounts_cli;
 pub mod admin;
 pub mod admin_cli;
 mod cache;
@@ -25,6 +30,8 @@ pub mod provider;
 mod schema;
 pub mod store;
 
+pub use accounts::{MAX_PATTERNS, RoleRecord, canonical_pattern};
+pub use accounts_cli::{GrantCommand, RoleCommand, run_grant_command, run_role_command};
 pub use admin::{AdminRecord, NewToken, Scope, TokenRecord};
 pub use admin_cli::{AdminCommand, TokenCommand, run_admin_command};
 pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};

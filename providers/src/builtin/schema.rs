@@ -10,6 +10,7 @@
 //! |---|---|
 //! | 1 | `users`, `rules`, `settings` |
 //! | 2 | `admins` (console and REST API accounts, each with a role) and `admin_tokens` (API tokens: a public id, a name, a scope, the SHA-256 of the secret part) |
+//! | 3 | accounts' message access: `content_permissions` (canonical content-routing patterns), `content_roles`, `role_permissions`, `user_permissions`, `user_roles`; and `revoked_sessions` (logged-out login sessions until their expiry) |
 
 use std::path::Path;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use super::store::StoreError;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a writer waits for another process's transaction before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,6 +63,39 @@ const SCHEMA_V2: &str = "
         scope TEXT NOT NULL CHECK (scope IN ('admin', 'read')),
         secret_sha256 TEXT NOT NULL,
         created_at INTEGER NOT NULL
+    );
+";
+
+/// Message access (issue #16): a permission is one canonical content-routing pattern; a role
+/// is a named set of them; a user holds permissions directly and through roles. Removing a
+/// permission or a role removes every assignment of it (the cascades).
+const SCHEMA_V3: &str = "
+    CREATE TABLE IF NOT EXISTS content_permissions (
+        id INTEGER PRIMARY KEY,
+        pattern TEXT NOT NULL UNIQUE
+    );
+    CREATE TABLE IF NOT EXISTS content_roles (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE
+    );
+    CREATE TABLE IF NOT EXISTS role_permissions (
+        role_id INTEGER NOT NULL REFERENCES content_roles(id) ON DELETE CASCADE,
+        permission_id INTEGER NOT NULL REFERENCES content_permissions(id) ON DELETE CASCADE,
+        PRIMARY KEY (role_id, permission_id)
+    );
+    CREATE TABLE IF NOT EXISTS user_permissions (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        permission_id INTEGER NOT NULL REFERENCES content_permissions(id) ON DELETE CASCADE,
+        PRIMARY KEY (user_id, permission_id)
+    );
+    CREATE TABLE IF NOT EXISTS user_roles (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        role_id INTEGER NOT NULL REFERENCES content_roles(id) ON DELETE CASCADE,
+        PRIMARY KEY (user_id, role_id)
+    );
+    CREATE TABLE IF NOT EXISTS revoked_sessions (
+        jti TEXT PRIMARY KEY,
+        exp INTEGER NOT NULL
     );
 ";
 
@@ -122,6 +156,9 @@ fn migrate(mut conn: Connection, path: &Path) -> Result<Connection, StoreError> 
     }
     if found < 2 {
         tx.execute_batch(SCHEMA_V2).map_err(db_error)?;
+    }
+    if found < 3 {
+        tx.execute_batch(SCHEMA_V3).map_err(db_error)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(db_error)?;
     tx.commit().map_err(db_error)?;

@@ -11,7 +11,7 @@
 //! file is migrated when it is opened, a newer one is refused. A new file is created readable by
 //! its owner only, since it holds password hashes.
 //!
-//! Schema (version 2; `super::schema` has the history and the migrations):
+//! Schema (version 3; `super::schema` has the history and the migrations):
 //!
 //! ```sql
 //! users(id, username UNIQUE, password_hash NULL, auth_type 'basic'|'x509', disabled, unrestricted)
@@ -19,7 +19,16 @@
 //! settings(key PRIMARY KEY, value)   -- e.g. pbkdf2_iterations for new hashes
 //! admins(id, name UNIQUE, password_hash, role 'admin'|'read', created_at)
 //! admin_tokens(id PRIMARY KEY, name UNIQUE, scope 'admin'|'read', secret_sha256, created_at)
+//! content_permissions(id, pattern UNIQUE)          -- canonical content-routing patterns
+//! content_roles(id, name UNIQUE)
+//! role_permissions(role_id, permission_id)          -- both ON DELETE CASCADE
+//! user_permissions(user_id, permission_id)          -- both ON DELETE CASCADE
+//! user_roles(user_id, role_id)                      -- both ON DELETE CASCADE
+//! revoked_sessions(jti PRIMARY KEY, exp)            -- logged-out login sessions
 //! ```
+//!
+//! Accounts' message access (permissions, roles, assignments) is managed by the methods in
+//! [`super::accounts`].
 //!
 //! Administrators (the console and the REST API) are managed by the methods in
 //! [`super::admin`]; they are not broker users.
@@ -100,6 +109,9 @@ pub struct UserRecord {
     pub unrestricted: bool,
     /// The ordered ACL rules.
     pub rules: Vec<Rule>,
+    /// The content-routing patterns assigned to the account, directly or through its roles:
+    /// canonical, sorted, each once. What a grant token issued now would carry.
+    pub patterns: Vec<String>,
 }
 
 impl UserRecord {
@@ -123,6 +135,7 @@ impl fmt::Debug for UserRecord {
             .field("disabled", &self.disabled)
             .field("unrestricted", &self.unrestricted)
             .field("rules", &self.rules)
+            .field("patterns", &self.patterns)
             .finish()
     }
 }
@@ -264,6 +277,47 @@ pub enum StoreError {
     /// No API token by that name.
     #[error("no API token {0:?}")]
     UnknownToken(String),
+    /// A content permission's pattern is not a valid content-routing path.
+    #[error("invalid pattern {pattern:?}: {reason}")]
+    InvalidPattern {
+        /// The pattern as given (cut to 64 characters).
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `grant unassign` of a pattern the user does not hold directly.
+    #[error("user {user:?} has no pattern {pattern} assigned directly")]
+    NotAssigned {
+        /// The user.
+        user: String,
+        /// The pattern, canonical.
+        pattern: String,
+    },
+    /// No content permission with that pattern.
+    #[error("no permission {0}")]
+    UnknownPermission(String),
+    /// The assignment would give the account more patterns than a grant token can carry.
+    #[error("user {user:?} would hold more than {max} patterns, the most a grant token carries")]
+    TooManyPatterns {
+        /// The user.
+        user: String,
+        /// The limit.
+        max: usize,
+    },
+    /// `role add` of a name that exists.
+    #[error("role {0:?} already exists")]
+    RoleExists(String),
+    /// No role by that name.
+    #[error("no role {0:?}")]
+    UnknownRole(String),
+    /// The name cannot be a role name.
+    #[error("invalid role name {name:?}: {reason}")]
+    InvalidRoleName {
+        /// The name as given.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 /// The management API over one connection to the store.
@@ -539,7 +593,10 @@ impl Store {
         rows.into_iter()
             .map(|row| {
                 let rules = load_rules(&conn, &self.path, row.0)?;
-                user_from_row(&self.path, row, rules)
+                let patterns = super::accounts::load_patterns(&conn, &self.path, Some(row.0))?
+                    .remove(&row.0)
+                    .unwrap_or_default();
+                user_from_row(&self.path, row, rules, patterns)
             })
             .collect()
     }
@@ -582,7 +639,7 @@ impl Store {
     }
 
     /// Runs `change` on an existing user inside one immediate transaction.
-    fn update_user<T>(
+    pub(super) fn update_user<T>(
         &self,
         username: &str,
         change: impl FnOnce(&Transaction<'_>, i64, AuthType) -> Result<T, StoreError>,
@@ -661,11 +718,16 @@ fn read_iterations(conn: &Connection, path: &Path) -> Result<u32, StoreError> {
 /// A raw `users` row before its rules are attached.
 type UserRow = (i64, String, Option<String>, String, bool, bool);
 
-fn user_from_row(path: &Path, row: UserRow, rules: Vec<Rule>) -> Result<UserRecord, StoreError> {
+fn user_from_row(
+    path: &Path,
+    row: UserRow,
+    rules: Vec<Rule>,
+    patterns: Vec<String>,
+) -> Result<UserRecord, StoreError> {
     let (_, username, password_hash, auth_type, disabled, unrestricted) = row;
     let auth_type =
         auth_type.parse().map_err(|message| StoreError::Corrupt { path: path.to_path_buf(), message })?;
-    Ok(UserRecord { username, auth_type, password_hash, disabled, unrestricted, rules })
+    Ok(UserRecord { username, auth_type, password_hash, disabled, unrestricted, rules, patterns })
 }
 
 fn read_user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserRow> {
@@ -703,7 +765,9 @@ fn load_user(conn: &Connection, path: &Path, username: &str) -> Result<Option<Us
         .map_err(db_error)?;
     let Some(row) = row else { return Ok(None) };
     let rules = load_rules(conn, path, row.0)?;
-    user_from_row(path, row, rules).map(Some)
+    let patterns =
+        super::accounts::load_patterns(conn, path, Some(row.0))?.remove(&row.0).unwrap_or_default();
+    user_from_row(path, row, rules, patterns).map(Some)
 }
 
 /// Every user with its rules, read in one transaction so users and rules agree.
@@ -728,6 +792,7 @@ pub(crate) fn load_all(
             rules_by_user.entry(user_id).or_default().push(rule_from_columns(path, pattern, &permission)?);
         }
     }
+    let mut patterns_by_user = super::accounts::load_patterns(&tx, path, None)?;
     let mut users = std::collections::HashMap::new();
     {
         let mut query = tx.prepare_cached(SELECT_USERS).map_err(db_error)?;
@@ -735,7 +800,8 @@ pub(crate) fn load_all(
         for row in rows {
             let row = row.map_err(db_error)?;
             let rules = rules_by_user.remove(&row.0).unwrap_or_default();
-            let user = user_from_row(path, row, rules)?;
+            let patterns = patterns_by_user.remove(&row.0).unwrap_or_default();
+            let user = user_from_row(path, row, rules, patterns)?;
             users.insert(user.username.clone(), user);
         }
     }

@@ -130,7 +130,7 @@ fn schema_versions_are_checked() {
     conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).expect("bumps");
     drop(conn);
     let error = Store::open(&path).expect_err("refuses a newer schema");
-    assert!(matches!(error, StoreError::SchemaTooNew { found: 3, supported: 2, .. }), "{error:?}");
+    assert!(matches!(error, StoreError::SchemaTooNew { found: 4, supported: 3, .. }), "{error:?}");
     assert!(error.to_string().contains("newer than this mesgd understands"), "{error}");
 }
 
@@ -154,9 +154,10 @@ fn a_version_1_file_is_migrated_and_keeps_its_users() {
     let store = Store::open(&path).expect("migrates");
     assert_eq!(store.user("device").expect("reads").map(|u| u.auth_type), Some(AuthType::X509));
     assert_eq!(store.admin_count().expect("the admins table exists"), 0);
+    assert_eq!(store.roles().expect("the roles table exists"), vec![]);
     let version: i64 =
         Connection::open(&path).unwrap().pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, SCHEMA_VERSION);
 }
 
 #[cfg(unix)]

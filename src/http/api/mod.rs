@@ -10,6 +10,7 @@
 //! - `openapi`: what the generated OpenAPI document gets besides the routes (security
 //!   schemes, the error answers every route can give).
 //! - `users`: builtin users, their ACL rules, and the ACL tester.
+//! - `accounts`: accounts' content-routing patterns and roles (message access).
 //! - `broker`: sessions and clients, subscriptions, retained messages, the provider chain and
 //!   broker statistics.
 //! - `stream`: broker statistics as server-sent events, one sample a second (the console's
@@ -20,6 +21,7 @@
 //! command line calls, then [`UserDirectory::sync`] so that the answer means the change is live
 //! for connected clients.
 
+mod accounts;
 mod auth;
 mod broker;
 mod openapi;
@@ -91,6 +93,12 @@ fn routes() -> OpenApiRouter<Arc<ServerContext>> {
         .routes(routes!(users::replace_rule, users::remove_rule))
         .routes(routes!(users::move_rule))
         .routes(routes!(users::acl_test))
+        .routes(routes!(accounts::list_patterns, accounts::assign, accounts::unassign))
+        .routes(routes!(accounts::list_roles, accounts::add_role))
+        .routes(routes!(accounts::get_role, accounts::remove_role))
+        .routes(routes!(accounts::permit, accounts::forbid))
+        .routes(routes!(accounts::assign_role))
+        .routes(routes!(accounts::unassign_role))
         .routes(routes!(broker::list_sessions))
         .routes(routes!(broker::get_session, broker::delete_session))
         .routes(routes!(broker::kick))
@@ -163,19 +171,26 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
-            StoreError::UserExists(_) | StoreError::AdminExists(_) | StoreError::TokenExists(_) => {
-                ApiError::conflict(e.to_string())
-            }
+            StoreError::UserExists(_)
+            | StoreError::AdminExists(_)
+            | StoreError::TokenExists(_)
+            | StoreError::RoleExists(_)
+            | StoreError::TooManyPatterns { .. } => ApiError::conflict(e.to_string()),
             StoreError::UnknownUser(_)
             | StoreError::UnknownAdmin(_)
             | StoreError::UnknownToken(_)
             | StoreError::NoSuchRule { .. }
-            | StoreError::NoRuleWithPattern { .. } => ApiError::not_found(e.to_string()),
+            | StoreError::NoRuleWithPattern { .. }
+            | StoreError::UnknownRole(_)
+            | StoreError::UnknownPermission(_)
+            | StoreError::NotAssigned { .. } => ApiError::not_found(e.to_string()),
             StoreError::InvalidUsername { .. }
             | StoreError::InvalidRule(_)
             | StoreError::X509HasNoPassword(_)
             | StoreError::PasswordRequired(_)
-            | StoreError::Password(_) => ApiError::bad_request(e.to_string()),
+            | StoreError::Password(_)
+            | StoreError::InvalidPattern { .. }
+            | StoreError::InvalidRoleName { .. } => ApiError::bad_request(e.to_string()),
             _ => {
                 tracing::error!(error = %e, "REST API: user store failed");
                 ApiError::internal("the user store failed; see the server log")

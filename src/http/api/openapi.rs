@@ -37,6 +37,7 @@ pub(crate) type Document = ([(header::HeaderName, &'static str); 1], Bytes);
         (name = "auth", description = "Browser login and the credentials of a request"),
         (name = "users", description = "Builtin users"),
         (name = "rules", description = "ACL rules of builtin users, and the ACL tester"),
+        (name = "accounts", description = "Content-routing patterns of accounts, and roles (message access)"),
         (name = "sessions", description = "Sessions, connected clients and subscriptions"),
         (name = "retained", description = "Retained messages"),
         (name = "broker", description = "The provider chain and broker statistics"),
