@@ -210,7 +210,7 @@ async fn upgrades_at_invalid_or_reserved_paths_and_plain_requests_are_refused() 
     assert!(r.body.contains("a=b=c"), "names the segment: {}", r.body);
     let r = s.connect("/room=lo*bby", Carrier::None).await.err().expect("refused");
     assert_eq!(r.status, 400, "{}", r.body);
-    for reserved in ["/api/x", "/auth", "/auth/x", "/console/x"] {
+    for reserved in ["/api/x", "/auth", "/auth/x"] {
         let r = s.connect(reserved, Carrier::None).await.err().expect("refused");
         assert_eq!(r.status, 404, "{reserved}: {}", r.body);
     }
@@ -222,6 +222,10 @@ async fn upgrades_at_invalid_or_reserved_paths_and_plain_requests_are_refused() 
     let r = s.connect("/metrics", Carrier::None).await.err().expect("not upgraded");
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.starts_with("# HELP mesgd_"), "{}", r.body);
+    // ... and every /console path is the web console's page.
+    let r = s.connect("/console/x", Carrier::None).await.err().expect("not upgraded");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.starts_with("<!doctype html>"), "{}", r.body);
     // A path that only starts like a reserved word is a content path.
     let mut author = s.open("/author=ann").await;
     let mut sender = s.open("/s").await;

@@ -468,5 +468,5 @@ async fn the_http_listener_serves_mqtt_over_websocket_at_slash_mqtt() {
     // Every unreserved path is a content-routing listener (426 to a plain GET); an unknown
     // reserved one is nobody's.
     assert!(http_status(addr, "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("426"));
-    assert!(http_status(addr, "GET /console/x HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("404"));
+    assert!(http_status(addr, "GET /mqtt/x HTTP/1.1\r\nHost: x\r\n\r\n").await.contains("404"));
 }

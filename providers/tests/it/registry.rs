@@ -18,11 +18,11 @@ fn build(text: &str) -> Result<mesgd_core::auth::Chain, ConfigError> {
 #[test]
 fn the_shipped_providers_are_registered() {
     let registry = Registry::with_builtin_providers();
-    assert_eq!(registry.type_names().collect::<Vec<_>>(), ["builtin", "http", "jwt", "x509"]);
+    assert_eq!(registry.type_names().collect::<Vec<_>>(), ["builtin", "http", "jwt", "session", "x509"]);
     let error = build("[[auth.providers]]\ntype = \"ldap\"").expect_err("unknown type");
     assert_eq!(
         error.to_string(),
-        "auth.providers[1] (type = \"ldap\"): unknown provider type; registered types: builtin, http, jwt, x509"
+        "auth.providers[1] (type = \"ldap\"): unknown provider type; registered types: builtin, http, jwt, session, x509"
     );
 }
 
