@@ -175,6 +175,7 @@ async fn complete(
             Err(e) => return failed(&ctx, None, StatusCode::UNAUTHORIZED, e.to_string()),
         };
     let Some(sessions) = ctx.services.get::<mesgd_providers::sessions::Sessions>() else {
+        tracing::error!(%peer, %account, "OAuth login refused: the account store is not available");
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "the account store is not available; see the server log",
