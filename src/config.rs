@@ -219,6 +219,8 @@ pub struct AuthConfig {
     pub require_confirm: bool,
     /// How confirmation codes are delivered (`[auth.confirm]`).
     pub confirm: crate::accounts::confirm::ConfirmConfig,
+    /// The OpenID providers people may log in with (`[[auth.oauth]]`).
+    pub oauth: Vec<crate::accounts::oauth::OAuthProviderConfig>,
 }
 
 impl Default for AuthConfig {
@@ -230,6 +232,7 @@ impl Default for AuthConfig {
             session_ttl: mesgd_providers::sessions::DEFAULT_TTL,
             require_confirm: false,
             confirm: crate::accounts::confirm::ConfirmConfig::default(),
+            oauth: Vec::new(),
         }
     }
 }

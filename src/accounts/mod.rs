@@ -11,10 +11,12 @@
 //!
 //! - `body`: the request bodies, parsed strictly ([`body::parse_login`], [`body::parse_issue`]).
 //! - [`confirm`]: `require_confirm`: pending logins, one-time codes, their delivery.
+//! - [`oauth`]: OAuth 2.0 login (authorization code with PKCE) against `[[auth.oauth]]`.
 //! - `routes`: the routes and their answers.
 
 pub mod body;
 pub mod confirm;
+pub mod oauth;
 mod routes;
 
 use std::time::Duration;
@@ -41,6 +43,7 @@ pub(crate) fn validate(auth: &AuthConfig) -> Result<(), (&'static str, String)> 
                 .into(),
         ));
     }
+    oauth::validate(&auth.oauth)?;
     if auth.confirm.command.first().is_some_and(String::is_empty) {
         return Err(("auth.confirm.command", "the program name is empty".into()));
     }
@@ -59,6 +62,8 @@ pub(crate) struct Accounts {
     pub(crate) require_confirm: bool,
     pub(crate) confirm: confirm::ConfirmConfig,
     pub(crate) pending: confirm::Pending,
+    /// The OAuth providers and the OAuth logins under way.
+    pub(crate) oauth: oauth::OAuth,
     /// A hash of no one's password, with the store's cost: what a login for a name without a
     /// usable hash is checked against (made on first use).
     stand_in: std::sync::OnceLock<String>,
@@ -71,6 +76,7 @@ impl Accounts {
             require_confirm: auth.require_confirm,
             confirm: auth.confirm.clone(),
             pending: confirm::Pending::new(&auth.confirm),
+            oauth: oauth::OAuth::new(&auth.oauth),
             stand_in: std::sync::OnceLock::new(),
         }
     }
@@ -95,6 +101,23 @@ mod tests {
         crate::config::Config::from_toml(&text, None).map_err(|e| e.to_string())
     }
 
+    /// An `[[auth.oauth]]` table, `over` replacing (TOML: a later key is an error, so
+    /// the defaults here are only those `over` does not name).
+    fn oauth(over: &str) -> String {
+        let mut table = String::from("[[auth.oauth]]\n");
+        for (key, value) in [
+            ("name", "\"a\""),
+            ("issuer", "\"https://i\""),
+            ("client_id", "\"c\""),
+            ("client_secret_file", "\"s\""),
+        ] {
+            if !over.contains(&format!("{key} =")) {
+                table.push_str(&format!("{key} = {value}\n"));
+            }
+        }
+        table + over
+    }
+
     #[test]
     fn the_auth_keys_have_their_defaults_and_are_checked() {
         let c = parsed("").unwrap();
@@ -111,7 +134,23 @@ mod tests {
             ("[auth]\nrequire_confirm = true\n[auth.confirm]\ncommand = [\"\"]\n", "program name is empty"),
             ("[auth.confirm]\nwebhook = \"ftp://x\"\n", "not an http:// or https:// URL"),
             ("[auth.confirm]\nsms = true\n", "unknown field"),
+            (
+                "[[auth.oauth]]\nname = \"a\"\nissuer = \"https://i\"\nclient_id = \"c\"\n",
+                "client_secret_file",
+            ),
+            (&oauth("name = \"\"\n"), "auth.oauth.name"),
+            (&format!("{}{}", oauth(""), oauth("")), "used twice"),
+            (&oauth("issuer = \"ftp://i\"\n"), "auth.oauth.issuer"),
+            (&oauth("redirect_uri = \"nowhere\"\n"), "auth.oauth.redirect_uri"),
+            (&oauth("client_id = \"\"\n"), "auth.oauth.client_id"),
+            (&oauth("claim = \"\"\n"), "auth.oauth.claim"),
+            (&oauth("prompt = \"none\"\n"), "unknown field"),
         ];
+        let ok = parsed(&oauth("")).unwrap();
+        assert_eq!(
+            (ok.auth.oauth[0].claim.as_str(), &ok.auth.oauth[0].scopes[..]),
+            ("sub", &["openid".to_owned()][..])
+        );
         for (toml, words) in cases {
             let e = parsed(toml).expect_err(toml);
             assert!(e.contains(words), "{toml}: {e} should say {words:?}");

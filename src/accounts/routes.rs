@@ -31,6 +31,7 @@ pub(crate) fn routes() -> axum::Router<Arc<ServerContext>> {
         .route("/auth/confirm", post(confirm))
         .route("/auth/admin/issue", post(issue))
         .route("/account", get(account))
+        .merge(super::oauth::routes())
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -140,10 +141,20 @@ async fn login(
         return error(StatusCode::UNAUTHORIZED, "wrong username or password");
     }
     ctx.login_guard.succeeded(peer, Some(&login.username));
+    after_login(&ctx, &sessions, &login.username, peer).await
+}
+
+/// A verified login (password or OAuth): the session, or a pending confirmation first.
+pub(super) async fn after_login(
+    ctx: &ServerContext,
+    sessions: &Sessions,
+    account: &str,
+    peer: std::net::IpAddr,
+) -> Response {
     if ctx.accounts.require_confirm {
-        return pend(&ctx, &login.username).await;
+        return pend(ctx, account).await;
     }
-    session_answer(&sessions, &login.username, &ctx, peer)
+    session_answer(sessions, account, ctx, peer)
 }
 
 /// The 200 answer with a new session for `account`.
