@@ -11,10 +11,12 @@
 //!
 //! - `body`: the request bodies, parsed strictly ([`body::parse_login`], [`body::parse_issue`]).
 //! - [`confirm`]: `require_confirm`: pending logins, one-time codes, their delivery.
+//! - `issue`: issuing a grant token, for both routes that do.
 //! - `routes`: the routes and their answers.
 
 pub mod body;
 pub mod confirm;
+pub(crate) mod issue;
 mod routes;
 
 use std::time::Duration;
