@@ -74,6 +74,6 @@ export async function render(main) {
   });
 
   main.append(h('h1', {}, 'Content routing'), compiler, tester,
-    h('p', { class: 'muted' }, 'Grants (patterns assigned to a user, grant tokens) are not managed here yet.'));
+    h('p', { class: 'muted' }, 'Patterns assigned to users and grant tokens are on the ', h('a', { href: '/console/grants' }, 'Grants'), ' page.'));
   readFields();
 }
