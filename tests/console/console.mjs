@@ -254,6 +254,15 @@ try {
   await shot('15-grants'); await axe('grants');
   await ask({ ask: 'grant_deliver', token, path, message: '{"kind":"chat","room":"lobby","n":1}' });
   check(true, 'a client with the grant token reaches the listener on a covered path');
+  // The route tester names the grant pattern that reaches the listener, and not the other.
+  await nav('Routing', 'Content routing');
+  await page.getByLabel('User whose grant patterns to show (optional)').fill('alice');
+  await page.getByRole('button', { name: 'Test the route' }).click();
+  const cover = page.locator('.grant-cover').first();
+  await cover.waitFor();
+  check((await cover.textContent()) === path, `the route tester says alice's ${path} reaches it (${await cover.textContent()})`);
+  await page.goto(BASE + '/console/grants?user=alice');
+  await lobby.waitFor();
   await lobby.getByRole('button', { name: `Remove ${path}` }).click();
   await lobby.waitFor({ state: 'detached' });
   await ask({ ask: 'grant_stopped', message: '{"kind":"chat","room":"lobby","n":2}', marker: '{"kind":"chat","room":"lobby","marker":true}' });
