@@ -560,6 +560,28 @@ async fn the_stats_stream_and_the_route_tester() {
         .await
         .unwrap();
     assert_eq!(body["paths"], json!([]), "{body}");
+    // With a user: which of their patterns cover each reached path (`/kind=chat` and
+    // `/room=lobby` do, `/kind=news` does not); an unknown user is a 404.
+    let db = mesgd_providers::builtin::config_db_path(storage.dir.path());
+    let store = mesgd_providers::builtin::Store::open(&db).expect("store");
+    store.add_user("gina", mesgd_providers::builtin::AuthType::Basic, Some(b"pw"), false).unwrap();
+    for pattern in ["/kind=chat", "/kind=news", "/room=lobby"] {
+        store.assign_pattern("gina", pattern).unwrap();
+    }
+    let with_user = |user: &str| {
+        client
+            .post(url("/content/test"))
+            .header("authorization", &auth)
+            .json(&json!({ "message": r#"{"kind":"chat","room":"lobby"}"#, "user": user }))
+            .send()
+    };
+    let body: Value = common::within("an answer", with_user("gina")).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        body["paths"],
+        json!([{"path": "/kind=chat/room=lobby", "listeners": 1, "grant_patterns": ["/kind=chat", "/room=lobby"]}]),
+        "{body}"
+    );
+    assert_eq!(common::within("an answer", with_user("nobody")).await.unwrap().status(), 404);
     for bad in ["", "{", "42", "[1,"] {
         let r = common::within("an answer", test(bad)).await.unwrap();
         assert_eq!(r.status(), 400, "{bad:?}");
