@@ -348,3 +348,37 @@ async fn patterns_and_roles_over_rest() {
     );
     assert_eq!(s.connect("/kind=news", Carrier::Bearer(&token)).await.err().unwrap().status, 403);
 }
+
+/// `POST /api/v1/users/{name}/grant-token` (the console's way to issue): the same token as
+/// `/auth/admin/issue`, refused for an unknown user, a user without patterns and a read-scope
+/// credential, and admitted where the user's patterns reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_token_from_the_rest_api() {
+    let (s, admin) = server().await;
+    let h = format!("authorization: Bearer {admin}\r\ncontent-type: application/json\r\n");
+    let route = "/api/v1/users/alice/grant-token";
+    let (status, body) = s.http("POST", route, &h, "").await;
+    assert_eq!(status, 409, "no pattern yet: {body}");
+    assert_eq!(s.http("POST", "/api/v1/users/nobody/grant-token", &h, "").await.0, 404);
+    let reader = store(&s).create_token("looker", Scope::Read).unwrap().token;
+    let (status, body) = s
+        .http(
+            "POST",
+            route,
+            &format!("authorization: Bearer {reader}\r\ncontent-type: application/json\r\n"),
+            "",
+        )
+        .await;
+    assert_eq!(status, 403, "a read-scope token may not issue: {body}");
+
+    store(&s).assign_pattern("alice", "/room=lobby").unwrap();
+    let (status, body) = s.http("POST", route, &h, "").await;
+    assert_eq!(status, 200, "{body}");
+    let token = field(&body, "token").as_str().unwrap().to_owned();
+    let exp = field(&body, "expires_at").as_u64().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!((3599..=3601).contains(&(exp - now)), "one hour, as /auth/admin/issue: {exp} - {now}");
+    assert_eq!(token.split('.').count(), 2, "the PKI wire format, as /auth/admin/issue");
+    assert!(s.connect("/room=lobby", Carrier::Bearer(&token)).await.is_ok(), "admitted where it reaches");
+    assert_eq!(s.connect("/room=attic", Carrier::Bearer(&token)).await.err().unwrap().status, 403);
+}

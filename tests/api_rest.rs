@@ -136,7 +136,7 @@ async fn the_openapi_document_lists_exactly_the_mounted_routes() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 38, "every operation of the API is in the document");
+    assert_eq!(operations, 39, "every operation of the API is in the document");
     let (status, _, body) = api.send(Method::PUT, "/users", &[("authorization", "Bearer x")], None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "credentials are checked before the method: {body}");
 }

@@ -36,7 +36,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 const BODY: &str = "[[listeners]]\nname = \"http\"\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n\
     [mqtt]\nsys_interval = 0\n[auth]\nallow_anonymous = true\n[[auth.providers]]\ntype = \"builtin\"\n\
     [http]\nlogin_delay_ms = 1\nlogin_max_failures = 3\nlogin_lockout_s = 300\n\
-    [content]\ndisable_auth = true\n";
+    [content]\npublic_paths = [\"/kind=chat\", \"/kind=sender\"]\n";
 
 /// The whole browser run, start to end.
 const RUN_LIMIT: Duration = Duration::from_secs(240);
@@ -79,6 +79,7 @@ struct Side<'a> {
     kick_started: Option<Instant>,
     load: Option<(Arc<AtomicBool>, tokio::task::JoinHandle<u32>)>,
     listener: Option<content::Client>,
+    grant: Option<content::Client>,
     bulk: Vec<Admitted>,
     next_id: u32,
 }
@@ -282,6 +283,41 @@ impl Side<'_> {
                     other => Err(format!("the listener got {other:?}")),
                 }
             }
+            "grant_deliver" => {
+                // A client holding the console's grant token: admitted on a covered path, and
+                // its message reaches the listener.
+                let server = content_server(self.http);
+                let path = s("path")?;
+                let token = s("token")?;
+                let mut grant = server
+                    .connect(&path, content::Carrier::Bearer(&token))
+                    .await
+                    .map_err(|r| format!("the grant token was refused at {path}: {r:?}"))?;
+                let message = s("message")?;
+                grant.ws.send(WsMessage::text(message.clone())).await.map_err(|e| e.to_string())?;
+                self.grant = Some(grant);
+                let listener = self.listener.as_mut().ok_or("ws_listen first")?;
+                match common::within("the grant's message on the listener", listener.ws.next()).await {
+                    Some(Ok(WsMessage::Text(t))) if t.as_str() == message => Ok(json!({})),
+                    other => Err(format!("the listener got {other:?}")),
+                }
+            }
+            "grant_stopped" => {
+                // After the console removed the assignment: the grant's next message is not
+                // delivered. A marker from a public sender, sent after it, is the listener's
+                // next message, so nothing came before it.
+                let grant = self.grant.as_mut().ok_or("grant_deliver first")?;
+                grant.ws.send(WsMessage::text(s("message")?)).await.map_err(|e| e.to_string())?;
+                let server = content_server(self.http);
+                let mut sender = server.open("/kind=sender").await;
+                let marker = s("marker")?;
+                sender.ws.send(WsMessage::text(marker.clone())).await.map_err(|e| e.to_string())?;
+                let listener = self.listener.as_mut().ok_or("ws_listen first")?;
+                match common::within("the marker on the listener", listener.ws.next()).await {
+                    Some(Ok(WsMessage::Text(t))) if t.as_str() == marker => Ok(json!({})),
+                    other => Err(format!("the listener got {other:?} before the marker")),
+                }
+            }
             "offline_session" => {
                 let mut o = v5::options(&s("id")?, self.mqtt_port);
                 o.set_clean_start(false);
@@ -340,6 +376,7 @@ async fn the_console_in_a_real_browser() {
         kick_started: None,
         load: None,
         listener: None,
+        grant: None,
         bulk: Vec::new(),
         next_id: 0,
     };
@@ -371,7 +408,7 @@ async fn the_console_in_a_real_browser() {
     }
     assert_eq!(failure, None, "a check on the broker side failed");
     assert!(status.success(), "the browser script failed ({status}); screenshots in {}", shots.display());
-    for page in ["01-no-admin", "03-dashboard", "07-clients", "10-routing", "14-locked"] {
+    for page in ["01-no-admin", "03-dashboard", "07-clients", "10-routing", "15-grants", "14-locked"] {
         assert!(shots.join(format!("{page}.png")).is_file(), "no screenshot {page}");
     }
     server.stop().await;
@@ -523,6 +560,28 @@ async fn the_stats_stream_and_the_route_tester() {
         .await
         .unwrap();
     assert_eq!(body["paths"], json!([]), "{body}");
+    // With a user: which of their patterns cover each reached path (`/kind=chat` and
+    // `/room=lobby` do, `/kind=news` does not); an unknown user is a 404.
+    let db = mesgd_providers::builtin::config_db_path(storage.dir.path());
+    let store = mesgd_providers::builtin::Store::open(&db).expect("store");
+    store.add_user("gina", mesgd_providers::builtin::AuthType::Basic, Some(b"pw"), false).unwrap();
+    for pattern in ["/kind=chat", "/kind=news", "/room=lobby"] {
+        store.assign_pattern("gina", pattern).unwrap();
+    }
+    let with_user = |user: &str| {
+        client
+            .post(url("/content/test"))
+            .header("authorization", &auth)
+            .json(&json!({ "message": r#"{"kind":"chat","room":"lobby"}"#, "user": user }))
+            .send()
+    };
+    let body: Value = common::within("an answer", with_user("gina")).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        body["paths"],
+        json!([{"path": "/kind=chat/room=lobby", "listeners": 1, "grant_patterns": ["/kind=chat", "/room=lobby"]}]),
+        "{body}"
+    );
+    assert_eq!(common::within("an answer", with_user("nobody")).await.unwrap().status(), 404);
     for bad in ["", "{", "42", "[1,"] {
         let r = common::within("an answer", test(bad)).await.unwrap();
         assert_eq!(r.status(), 400, "{bad:?}");

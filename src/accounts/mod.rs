@@ -12,11 +12,13 @@
 //! - `body`: the request bodies, parsed strictly ([`body::parse_login`], [`body::parse_issue`]).
 //! - [`confirm`]: `require_confirm`: pending logins, one-time codes, their delivery.
 //! - [`oauth`]: OAuth 2.0 login (authorization code with PKCE) against `[[auth.oauth]]`.
+//! - `issue`: issuing a grant token, for both routes that do.
 //! - `routes`: the routes and their answers.
 
 pub mod body;
 pub mod confirm;
 pub mod oauth;
+pub(crate) mod issue;
 mod routes;
 
 use std::time::Duration;

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::body::{self, MAX_BODY};
 use super::confirm::Checked;
+use super::issue::IssueRefusal;
 use crate::content::grant::standing;
 use crate::context::ServerContext;
 use crate::http::HttpConnection;
@@ -291,18 +292,10 @@ async fn issue(State(ctx): State<Arc<ServerContext>>, req: Request<Body>) -> Res
         Ok(i) => i,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    // The patterns assigned at this moment, whoever changed them last.
-    directory.catch_up().await;
-    let Some(record) = directory.find_user(&wanted.user).await else {
-        return error(StatusCode::NOT_FOUND, format!("no user {:?}", wanted.user));
-    };
-    let issued = ctx
-        .content
-        .with_keys(move |keys| mesgd_providers::grants::issue_grant(keys, &record, SystemTime::now()))
-        .await;
-    match issued {
-        Some(Ok((token, exp))) => axum::Json(json!({ "token": token, "expires_at": exp })).into_response(),
-        Some(Err(e)) => error(StatusCode::CONFLICT, e.to_string()),
-        None => unavailable(),
+    match super::issue::grant_token(&ctx, &directory, &wanted.user).await {
+        Ok((token, exp)) => axum::Json(json!({ "token": token, "expires_at": exp })).into_response(),
+        Err(IssueRefusal::NoUser(user)) => error(StatusCode::NOT_FOUND, format!("no user {user:?}")),
+        Err(IssueRefusal::Refused(e)) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(IssueRefusal::Unavailable) => unavailable(),
     }
 }

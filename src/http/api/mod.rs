@@ -11,6 +11,7 @@
 //!   schemes, the error answers every route can give).
 //! - `users`: builtin users, their ACL rules, and the ACL tester.
 //! - `accounts`: accounts' content-routing patterns and roles (message access).
+//! - `grants`: issuing a grant token to a user.
 //! - `broker`: sessions and clients, subscriptions, retained messages, the provider chain and
 //!   broker statistics.
 //! - `stream`: broker statistics as server-sent events, one sample a second (the console's
@@ -24,6 +25,7 @@
 mod accounts;
 mod auth;
 mod broker;
+mod grants;
 mod openapi;
 mod routing;
 mod stream;
@@ -99,6 +101,7 @@ fn routes() -> OpenApiRouter<Arc<ServerContext>> {
         .routes(routes!(accounts::permit, accounts::forbid))
         .routes(routes!(accounts::assign_role))
         .routes(routes!(accounts::unassign_role))
+        .routes(routes!(grants::issue))
         .routes(routes!(broker::list_sessions))
         .routes(routes!(broker::get_session, broker::delete_session))
         .routes(routes!(broker::kick))

@@ -31,6 +31,7 @@ pub(crate) const ASSETS: &[Asset] = assets![
     "pages/client.js" => JS,
     "pages/clients.js" => JS,
     "pages/dashboard.js" => JS,
+    "pages/grants.js" => JS,
     "pages/retained.js" => JS,
     "pages/routing.js" => JS,
     "pages/sessions.js" => JS,

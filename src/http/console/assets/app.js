@@ -14,6 +14,7 @@ const ROUTES = [
   [/^\/console\/users\/(.+)$/, 'user', 'User'],
   [/^\/console\/acl\/?$/, 'acl', 'ACL tester'],
   [/^\/console\/routing\/?$/, 'routing', 'Content routing'],
+  [/^\/console\/grants\/?$/, 'grants', 'Grants'],
   [/^\/console\/retained\/?$/, 'retained', 'Retained messages'],
 ];
 

@@ -58,22 +58,28 @@ export async function render(main) {
   const reached = h('div', { id: 'reached', 'aria-live': 'polite' });
   const tester = h('form', { class: 'card', 'aria-labelledby': 'tester-title' },
     h('h2', { id: 'tester-title' }, 'Route tester'),
-    h('p', { class: 'muted' }, 'Which listener paths would this message reach right now? Nothing is sent.'),
-    msg, h('p', {}, h('button', { type: 'submit' }, 'Test the route')), reached);
+    h('p', { class: 'muted' }, 'Which listener paths would this message reach right now? Nothing is sent. ' +
+      'With a user, each path also lists which of their assigned patterns cover it (what a grant token issued now may reach).'),
+    msg, field('User whose grant patterns to show (optional)', 'grant-user'),
+    h('p', {}, h('button', { type: 'submit' }, 'Test the route')), reached);
   tester.addEventListener('submit', async (e) => {
     e.preventDefault();
     try {
-      const a = await api('POST', '/content/test', { message: msg.querySelector('textarea').value });
+      const user = tester.querySelector('input[name="grant-user"]').value.trim();
+      const a = await api('POST', '/content/test', { message: msg.querySelector('textarea').value, user: user || undefined });
+      const grants = (p) => (p.grant_patterns.length
+        ? p.grant_patterns.map((g, i) => [i ? ', ' : '', h('code', {}, g)]) : h('span', { class: 'muted' }, 'none'));
       fill(reached,
         a.paths.length === 0 ? h('p', { id: 'reaches-none' }, `It reaches no listener (${a.listeners_registered} registered).`) :
           table(`It reaches ${a.paths.length} listener path${a.paths.length === 1 ? '' : 's'} (of ${a.listeners_registered} listeners registered)`,
-            ['Listener path', ['Connections', 'num']],
-            a.paths.map((p) => h('tr', {}, h('td', {}, h('code', { class: 'reached-path' }, p.path)), h('td', { class: 'num' }, p.listeners)))),
+            ['Listener path', ['Connections', 'num'], user ? `${user}'s grant patterns that reach it` : null].filter(Boolean),
+            a.paths.map((p) => h('tr', {}, h('td', {}, h('code', { class: 'reached-path' }, p.path)), h('td', { class: 'num' }, p.listeners),
+              user ? h('td', { class: 'grant-cover' }, grants(p)) : null))),
         a.truncated ? h('p', { class: 'muted' }, 'More paths matched than are listed.') : null);
     } catch (err) { reached.replaceChildren(message(err.message, 'error')); }
   });
 
   main.append(h('h1', {}, 'Content routing'), compiler, tester,
-    h('p', { class: 'muted' }, 'Grants (patterns assigned to a user, grant tokens) are not managed here yet.'));
+    h('p', { class: 'muted' }, 'Patterns assigned to users and grant tokens are on the ', h('a', { href: '/console/grants' }, 'Grants'), ' page.'));
   readFields();
 }

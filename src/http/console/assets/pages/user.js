@@ -79,7 +79,8 @@ export async function render(main, [name], me) {
       h('h1', {}, `User ${u.username}`), facts, h('div', { class: 'actions' }, toggle, unrestricted, remove), result, pw, kind,
       h('h2', {}, 'ACL rules'),
       h('p', { class: 'muted' }, 'Checked in order; the first rule whose pattern matches decides. No match: deny. ',
-        h('a', { href: `/console/acl?user=${encodeURIComponent(name)}` }, 'Test this user\'s access')),
+        h('a', { href: `/console/acl?user=${encodeURIComponent(name)}` }, 'Test this user\'s access'), ' · ',
+        h('a', { href: `/console/grants?user=${encodeURIComponent(name)}` }, 'Content-routing grants')),
       rows.length ? table(`${rows.length} rules, in order`, [['#', 'num'], 'Pattern', 'Permission', 'Actions'], rows)
         : h('p', { id: 'no-rules' }, u.unrestricted ? 'No rule (the user is unrestricted).' : 'No rule: this user may neither publish nor subscribe.'),
       insert);
