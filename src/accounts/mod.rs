@@ -17,8 +17,8 @@
 
 pub mod body;
 pub mod confirm;
-pub mod oauth;
 pub(crate) mod issue;
+pub mod oauth;
 mod routes;
 
 use std::time::Duration;
