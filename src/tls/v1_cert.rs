@@ -358,8 +358,12 @@ pub(crate) fn subject_public_key_info(der: &[u8]) -> Option<Vec<u8>> {
 /// Reads one DER element of `tag` from the front of `input`: its contents and what follows.
 fn element(input: &[u8], tag: Tag) -> Option<(&[u8], &[u8])> {
     let (rest, any) = Any::from_der(input).ok()?;
-    // The class too: a tag number alone lets `[APPLICATION 3]` pass for a BIT STRING.
-    (any.tag() == tag && any.header.class() == Class::Universal).then_some((any.data, rest))
+    // The class and the constructed bit too: a tag number alone lets `[APPLICATION 3]` pass for
+    // a BIT STRING, and a primitive 0x10 for a SEQUENCE (DER has SEQUENCE constructed and BIT
+    // STRING primitive).
+    let constructed = tag == Tag::Sequence;
+    (any.tag() == tag && any.header.class() == Class::Universal && any.header.constructed() == constructed)
+        .then_some((any.data, rest))
 }
 
 /// Whether the certificate's outer structure is exactly SEQUENCE { tbsCertificate SEQUENCE,
@@ -370,8 +374,11 @@ fn outer_structure_is_strict(cert: &[u8]) -> bool {
     let Some((body, rest)) = element(cert, Tag::Sequence) else { return false };
     let Some((_, body)) = element(body, Tag::Sequence) else { return false };
     let Some((_, body)) = element(body, Tag::Sequence) else { return false };
-    let Some((_, after)) = element(body, Tag::BitString) else { return false };
-    rest.is_empty() && after.is_empty()
+    let Some((signature, after)) = element(body, Tag::BitString) else { return false };
+    // A signature is whole bytes: the BIT STRING's first content byte (its count of unused
+    // bits) is 0. x509-parser hands the bytes after it to the verifier, so without this check a
+    // certificate whose count was changed still verified.
+    rest.is_empty() && after.is_empty() && signature.first() == Some(&0)
 }
 
 /// The contents of a SubjectPublicKeyInfo's AlgorithmIdentifier (the form rustls's algorithms

@@ -257,6 +257,47 @@ fn subject_public_key_info_table() {
     assert_eq!(signature_algorithm_id(b""), None);
 }
 
+/// The signature BIT STRING's count of unused bits is outside what is signed and what the
+/// verifier reads; any value but 0 is refused (found by `any_changed_byte_is_refused`, when the
+/// fixture's signature length put its index on that byte).
+#[test]
+fn a_signature_with_unused_bits_is_refused() {
+    let (trusted, leaf) = &*FIXTURE;
+    assert!(trusted.verify(leaf, UnixTime::now()).is_ok(), "the fixture itself verifies");
+    let (certificate, _) = element(leaf, Tag::Sequence).unwrap();
+    let (_, after_tbs) = element(certificate, Tag::Sequence).unwrap();
+    let (_, after_algorithm) = element(after_tbs, Tag::Sequence).unwrap();
+    let (signature, _) = element(after_algorithm, Tag::BitString).unwrap();
+    let at = signature.as_ptr() as usize - leaf.as_ptr() as usize;
+    assert_eq!(leaf[at], 0);
+    for unused in [1u8, 7, 0x20, 0xff] {
+        let mut der = leaf.clone();
+        der[at] = unused;
+        assert!(trusted.verify(&der, UnixTime::now()).is_err(), "{unused} unused bits were accepted");
+    }
+}
+
+/// The outer structure's tags must be DER's: a constructed SEQUENCE and a primitive BIT STRING
+/// (x509-parser took a primitive 0x10 for the signatureAlgorithm SEQUENCE; found by
+/// `any_changed_byte_is_refused`).
+#[test]
+fn outer_tags_must_have_their_der_form() {
+    let (trusted, leaf) = &*FIXTURE;
+    let offset = |part: &[u8]| part.as_ptr() as usize - leaf.as_ptr() as usize;
+    let (certificate, _) = element(leaf, Tag::Sequence).unwrap();
+    let (_, after_tbs) = element(certificate, Tag::Sequence).unwrap();
+    let (_, after_algorithm) = element(after_tbs, Tag::Sequence).unwrap();
+    for (what, at, changed) in [
+        ("the certificate SEQUENCE made primitive", 0, 0x10),
+        ("the signatureAlgorithm SEQUENCE made primitive", offset(after_tbs), 0x10),
+        ("the signature BIT STRING made constructed", offset(after_algorithm), 0x23),
+    ] {
+        let mut der = leaf.clone();
+        der[at] = changed;
+        assert!(trusted.verify(&der, UnixTime::now()).is_err(), "{what} was accepted");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
