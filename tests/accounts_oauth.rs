@@ -7,6 +7,9 @@
 
 #[path = "common/content.rs"]
 mod content;
+#[path = "common/npm.rs"]
+#[allow(unreachable_pub)]
+mod npm;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,10 +41,7 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, what: &str) -> Str
 /// URI at the provider.
 async fn setup() -> Setup {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oidc");
-    assert!(
-        dir.join("node_modules/oidc-provider").is_dir(),
-        "oidc-provider is not installed: run `npm ci --prefix tests/oidc` (as .ci/run does)"
-    );
+    npm::ensure(&dir, "oidc-provider");
     let mut provider = Command::new("node")
         .arg(dir.join("provider.mjs"))
         .current_dir(&dir)

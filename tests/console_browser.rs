@@ -61,11 +61,7 @@ fn tools() -> (PathBuf, PathBuf) {
     let chromium = std::env::var_os("CHROMIUM").map(PathBuf::from).or_else(|| find("chromium")).unwrap_or_else(|| {
         panic!("the console browser test needs Chromium: apt-get install -y chromium, or set CHROMIUM=/path/to/it")
     });
-    let modules = root().join("tests/console/node_modules/playwright-core");
-    assert!(
-        modules.is_dir(),
-        "the console browser test needs its npm packages: run `npm ci --prefix tests/console` (.ci/run does)"
-    );
+    common::npm::ensure(&root().join("tests/console"), "playwright-core");
     (node, chromium)
 }
 
