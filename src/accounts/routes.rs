@@ -49,10 +49,13 @@ fn services(ctx: &ServerContext) -> Option<(Arc<Sessions>, Arc<UserDirectory>)> 
     Some((sessions, directory))
 }
 
-async fn read_body(req: Request) -> Result<axum::body::Bytes, Response> {
-    axum::body::to_bytes(req.into_body(), MAX_BODY).await.map_err(|_| {
+/// Reads the request's body (at most `MAX_BODY` bytes) and parses it with `parse`; a 400 that
+/// says what was wrong otherwise.
+async fn read_body<T>(req: Request, parse: fn(&[u8]) -> Result<T, body::BodyError>) -> Result<T, Response> {
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY).await.map_err(|_| {
         error(StatusCode::BAD_REQUEST, format!("the body is not readable or over {MAX_BODY} bytes"))
-    })
+    })?;
+    parse(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
 /// The Bearer token of a request, if any.
@@ -102,13 +105,9 @@ async fn login(
     req: Request,
 ) -> Response {
     let Some((sessions, directory)) = services(&ctx) else { return unavailable() };
-    let body = match read_body(req).await {
-        Ok(b) => b,
+    let login = match read_body(req, body::parse_login).await {
+        Ok(parsed) => parsed,
         Err(r) => return r,
-    };
-    let login = match body::parse_login(&body) {
-        Ok(l) => l,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let peer = connection.peer.ip();
     // As for MQTT logins: repeated failures make the next attempts wait first.
@@ -203,13 +202,9 @@ async fn confirm(
     req: Request,
 ) -> Response {
     let Some((sessions, directory)) = services(&ctx) else { return unavailable() };
-    let body = match read_body(req).await {
-        Ok(b) => b,
+    let wanted = match read_body(req, body::parse_confirm).await {
+        Ok(parsed) => parsed,
         Err(r) => return r,
-    };
-    let wanted = match body::parse_confirm(&body) {
-        Ok(c) => c,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let peer = connection.peer.ip();
     let delay = ctx.login_guard.delay_for(peer, None);
@@ -284,13 +279,9 @@ async fn issue(State(ctx): State<Arc<ServerContext>>, req: Request<Body>) -> Res
         }
         _ => return unavailable(),
     }
-    let body = match read_body(req).await {
-        Ok(b) => b,
+    let wanted = match read_body(req, body::parse_issue).await {
+        Ok(parsed) => parsed,
         Err(r) => return r,
-    };
-    let wanted = match body::parse_issue(&body) {
-        Ok(i) => i,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     match super::issue::grant_token(&ctx, &directory, &wanted.user).await {
         Ok((token, exp)) => axum::Json(json!({ "token": token, "expires_at": exp })).into_response(),
