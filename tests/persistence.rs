@@ -151,7 +151,8 @@ async fn qos2_is_exactly_once_in_both_directions_across_a_crash() {
     };
     receiver.send(&packet(0x50, &first_id.to_be_bytes())).await;
     assert!(matches!(receiver.recv().await, Some(Packet::PubRel(r)) if r.packet_id == first_id));
-    // The PUBREL came after the broker journalled the PUBREC; let the journal write it.
+    // Under `always` the PUBREL leaves only once the release is on disk, so killing the broker
+    // now must bring back a PUBREL, never the PUBLISH again.
     assert!(nothing_more(&mut receiver).await.is_empty());
     d.signal("KILL").await;
     d.wait().await;

@@ -432,3 +432,42 @@ fn routing_counts_filtered_deliveries_and_drops_by_reason() {
         b.stats().traffic_by_protocol().map(|(p, t)| (p.as_str(), Stats::get(&t.bytes_in))).collect();
     assert!(by_protocol.contains(&("mqtt-5", 7)) && by_protocol.contains(&("mqtt-3.1.1", 0)));
 }
+
+#[test]
+fn a_pubrel_waits_for_its_release_to_be_journalled() {
+    let b = broker();
+    let now = Instant::now();
+    let journal = Arc::new(Recorded::default());
+    let as_journal: Arc<dyn Journal> = journal.clone();
+    b.set_journal(&as_journal);
+    let (s, _, generation) = connect(&b, "r", false, SessionExpiry::Never, now);
+    b.subscribe_as(
+        &Acl::unrestricted(),
+        &s,
+        filter("q/#"),
+        SubscribeOptions::with_qos(QoS::ExactlyOnce),
+        now,
+    )
+    .unwrap();
+    let mut m = message("q/1", false);
+    m.qos = QoS::ExactlyOnce;
+    b.publish(m);
+    let mut out = Vec::new();
+    s.drain(generation, 10, usize::MAX, now, std::task::Waker::noop(), &mut out);
+    let Some(crate::session::Outgoing::Publish { packet_id: Some(id), .. }) = out.first() else {
+        panic!("expected a QoS 2 PUBLISH, got {out:?}");
+    };
+    let outcome = s.pubrec(*id, false);
+    let changes = journal.0.lock().unwrap();
+    assert!(matches!(changes.last(), Some(Change::Released { .. })), "{changes:?}");
+    assert_eq!(
+        outcome,
+        crate::session::PubRecOutcome::SendPubRel { durable_seq: Some(changes.len() as u64) }
+    );
+    drop(changes);
+    assert_eq!(
+        s.pubrec(*id, false),
+        crate::session::PubRecOutcome::SendPubRel { durable_seq: None },
+        "a repeated PUBREC adds nothing to wait for"
+    );
+}

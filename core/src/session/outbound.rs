@@ -126,8 +126,14 @@ pub enum Outgoing {
 /// What [`Session::pubrec`] decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PubRecOutcome {
-    /// Send PUBREL.
-    SendPubRel,
+    /// Send PUBREL, once journal sequence number `durable_seq` is on disk (if the session is
+    /// journalled): a PUBREL that went out before the release was stored could, after a crash,
+    /// be followed by the same packet id's PUBLISH again, which the client, having completed
+    /// the exchange, would take as a new message.
+    SendPubRel {
+        /// The journal sequence number of the release, for a journalled session.
+        durable_seq: Option<u64>,
+    },
     /// The receiver refused the message; nothing more to send.
     Ended,
     /// The id was not awaiting PUBREC.
@@ -254,7 +260,10 @@ impl Session {
         let entry = match s.outbound.get(packet_id) {
             Some(f) if f.state == OutboundState::AwaitPubRec => f.entry,
             // A repeated PUBREC: answer with PUBREL again.
-            Some(f) if f.state == OutboundState::AwaitPubComp => return PubRecOutcome::SendPubRel,
+            // (Its release is already journalled; output stays held behind the first PUBREL.)
+            Some(f) if f.state == OutboundState::AwaitPubComp => {
+                return PubRecOutcome::SendPubRel { durable_seq: None };
+            }
             _ => return PubRecOutcome::Unknown,
         };
         if refused {
@@ -264,8 +273,8 @@ impl Session {
         if let Some(f) = s.outbound.get_mut(packet_id) {
             f.state = OutboundState::AwaitPubComp;
         }
-        s.record(|| Change::Released { client_id: self.client_id().clone(), entry });
-        PubRecOutcome::SendPubRel
+        let durable_seq = s.record(|| Change::Released { client_id: self.client_id().clone(), entry });
+        PubRecOutcome::SendPubRel { durable_seq }
     }
 
     /// Handles a PUBCOMP. Returns false if the id was not awaiting one.

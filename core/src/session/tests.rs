@@ -122,8 +122,8 @@ fn qos2_outbound_flow_and_resend_order() {
     s.enqueue(delivery("b", QoS::AtLeastOnce), false);
     s.enqueue(delivery("c", QoS::ExactlyOnce), false);
     drain_all(&s, 10);
-    assert_eq!(s.pubrec(1, false), PubRecOutcome::SendPubRel);
-    assert_eq!(s.pubrec(1, false), PubRecOutcome::SendPubRel, "repeated PUBREC");
+    assert_eq!(s.pubrec(1, false), PubRecOutcome::SendPubRel { durable_seq: None });
+    assert_eq!(s.pubrec(1, false), PubRecOutcome::SendPubRel { durable_seq: None }, "repeated PUBREC");
     assert_eq!(s.pubrec(2, false), PubRecOutcome::Unknown, "QoS 1 id");
     // Reconnect: PUBREL for 1, then PUBLISH with DUP for 2 and 3, in send order.
     s.detach(1, Instant::now());

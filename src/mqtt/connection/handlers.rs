@@ -42,7 +42,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             }
             Packet::PubRec(a) => {
                 let reason = match self.session.pubrec(a.packet_id, a.reason_code.is_error()) {
-                    PubRecOutcome::SendPubRel => ReasonCode::Success,
+                    PubRecOutcome::SendPubRel { durable_seq } => {
+                        self.hold_until(durable_seq);
+                        ReasonCode::Success
+                    }
                     PubRecOutcome::Ended => return Ok(()),
                     PubRecOutcome::Unknown => ReasonCode::PacketIdentifierNotFound,
                 };
