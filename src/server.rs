@@ -26,6 +26,7 @@ use crate::listener::{self, Connections, Endpoint};
 use crate::metrics::broker::BrokerCollector;
 use crate::metrics::cluster::ClusterCollector;
 use crate::metrics::content::ContentCollector;
+use crate::metrics::limits::LimitsCollector;
 use crate::metrics::relay::RelayCollector;
 use crate::persist::{self, WriterHandle};
 use crate::tls::{ReloadableAcceptor, TlsError};
@@ -196,6 +197,7 @@ impl Server {
             config.storage_dir(),
         )));
         ctx.metrics.register_collector(Box::new(ContentCollector::new(Arc::downgrade(&ctx))));
+        ctx.metrics.register_collector(Box::new(LimitsCollector::new(Arc::downgrade(&ctx))));
         ctx.metrics.register_collector(Box::new(RelayCollector::new(Arc::downgrade(&ctx))));
         if let Some(cluster) = &cluster {
             ctx.metrics.register_collector(Box::new(ClusterCollector::new(cluster.stats().clone())));

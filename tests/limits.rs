@@ -158,6 +158,57 @@ async fn a_slowloris_is_closed_at_the_connect_deadline() {
     healthy_exchange(&server, "127.0.0.1", "slowloris").await;
 }
 
+/// Writes `request` on a new connection to `addr` and reads until the server closes it.
+async fn http_exchange(addr: std::net::SocketAddr, request: &[u8], what: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut answer = Vec::new();
+    common::within(what, stream.read_to_end(&mut answer)).await.expect("read");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_request_body_that_stops_is_answered_408_at_the_connect_deadline() {
+    let server = TestServer::start(
+        "[limits]\nconnect_timeout_ms = 400\n[[listeners]]\nname = \"http\"\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n",
+    )
+    .await;
+    let http = server.server.as_ref().unwrap().local_addr("http").expect("http listener");
+    // Headers complete, a body announced as 100 bytes, ten of them sent, then nothing: the
+    // header timeout is over, so only the body deadline can end it. Neither route needs a
+    // credential, so neither refuses before reading.
+    for path in ["/api/patterns/compile", "/auth/login"] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"sample\":"
+        );
+        let started = Instant::now();
+        let answer = http_exchange(http, request.as_bytes(), path).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{path}: {answer}");
+        assert!(started.elapsed() >= Duration::from_millis(400), "{path}: not before the deadline");
+    }
+    assert_eq!(counts(&server).body_timeouts, 2);
+    let metrics = reqwest::get(format!("http://{http}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l == r#"mesgd_limit_refusals_total{limit="body_timeouts"} 2"#),
+        "{metrics}"
+    );
+    // A body that arrives in time is answered as before.
+    let body = br#"{"sample":{"kind":"chat"},"modes":{"kind":"exact"}}"#;
+    let mut request = format!(
+        "POST /api/patterns/compile HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    let answer = http_exchange(http, &request, "the compile answer").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#"{"pattern":"/kind=chat"}"#), "{answer}");
+    assert_eq!(counts(&server).body_timeouts, 2);
+    healthy_exchange(&server, "127.0.0.1", "body").await;
+}
+
 #[tokio::test]
 async fn a_guesser_behind_a_nat_slows_its_neighbours_only_by_the_address_delay() {
     let config = format!(

@@ -5,6 +5,7 @@
 //! # Layout
 //!
 //! - [`ws`]: the generic WebSocket upgrade every WebSocket front end calls.
+//! - [`body_deadline`]: the deadline on reading a request body (a slowloris after the headers).
 //! - [`api`]: the REST API under `/api/v1`, with administrator authentication.
 //! - [`console`]: the web console at `/console`, a client of the REST API.
 //!
@@ -12,22 +13,26 @@
 //! WebSocket); [`router`] assembles them per listener kind.
 
 pub(crate) mod api;
+pub(crate) mod body_deadline;
 pub(crate) mod console;
 pub(crate) mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::routing::any;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use mesgd_core::auth::TlsInfo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use self::body_deadline::DeadlineBody;
 use crate::config::{ListenerConfig, ListenerKind};
 use crate::context::ServerContext;
+use crate::limits::Tripped;
 use crate::listener::ConnectionSlot;
 
 /// The HTTP path of MQTT over WebSocket on an `http` listener.
@@ -73,14 +78,35 @@ async fn not_found(req: axum::extract::Request) -> axum::response::Response {
 
 /// Serves HTTP/1.1 on one connection until the client closes it (or upgrades it and the
 /// WebSocket connection ends, for the slot it holds).
-pub(crate) async fn serve<S>(io: S, connection: HttpConnection, router: Router, ctx: &ServerContext)
+pub(crate) async fn serve<S>(io: S, connection: HttpConnection, router: Router, ctx: &Arc<ServerContext>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = connection.peer;
+    let body_timeout = ctx.connect_timeout;
+    let shared = ctx.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(connection.clone());
-        tower::ServiceExt::oneshot(router.clone(), req)
+        let expired = Arc::new(AtomicBool::new(false));
+        let deadline = tokio::time::Instant::now() + body_timeout;
+        let req = req.map(|body| DeadlineBody::new(body, deadline, expired.clone()));
+        let (router, ctx) = (router.clone(), shared.clone());
+        async move {
+            let response = tower::ServiceExt::oneshot(router, req).await;
+            if !expired.load(Ordering::Relaxed) {
+                return response;
+            }
+            if let Some(more) = ctx.limits.trip(Tripped::BodyTimeout, crate::clock::now()) {
+                tracing::info!(
+                    %peer,
+                    more_since_last_line = more,
+                    "request body not received within connect_timeout_ms: answering 408 and closing"
+                );
+            }
+            let mut timed_out = ws::text(StatusCode::REQUEST_TIMEOUT, "request body not received in time\n");
+            timed_out.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            Ok(timed_out)
+        }
     });
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

@@ -17,6 +17,9 @@ pub struct LimitCounters {
     pub topic_length: AtomicU64,
     /// Connections closed because their handshake took longer than `limits.connect_timeout_ms`.
     pub handshake_timeouts: AtomicU64,
+    /// HTTP requests answered 408 because their body did not arrive within
+    /// `limits.connect_timeout_ms` after the headers.
+    pub body_timeouts: AtomicU64,
     /// Logins delayed by the failed-login throttle.
     pub logins_throttled: AtomicU64,
 }
@@ -35,6 +38,8 @@ pub struct LimitCounts {
     pub topic_length: u64,
     /// See [`LimitCounters::handshake_timeouts`].
     pub handshake_timeouts: u64,
+    /// See [`LimitCounters::body_timeouts`].
+    pub body_timeouts: u64,
     /// See [`LimitCounters::logins_throttled`].
     pub logins_throttled: u64,
 }
@@ -54,6 +59,7 @@ impl LimitCounters {
             subscriptions: read(&self.subscriptions),
             topic_length: read(&self.topic_length),
             handshake_timeouts: read(&self.handshake_timeouts),
+            body_timeouts: read(&self.body_timeouts),
             logins_throttled: read(&self.logins_throttled),
         }
     }
@@ -62,13 +68,20 @@ impl LimitCounters {
 impl LimitCounts {
     /// The counts as `$SYS/broker/limits/<name>` topics (below `$SYS/broker/`) and values.
     pub fn sys_values(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("limits/max_connections", self.max_connections.to_string()),
-            ("limits/connections_per_ip", self.connections_per_ip.to_string()),
-            ("limits/subscriptions", self.subscriptions.to_string()),
-            ("limits/topic_length", self.topic_length.to_string()),
-            ("limits/handshake_timeouts", self.handshake_timeouts.to_string()),
-            ("limits/logins_throttled", self.logins_throttled.to_string()),
+        self.by_name().into_iter().map(|(name, n)| (name, n.to_string())).collect()
+    }
+
+    /// Every count with its `$SYS` topic below `$SYS/broker/` (`limits/<name>`); the
+    /// Prometheus family `mesgd_limit_refusals_total` labels them with `<name>`.
+    pub fn by_name(&self) -> [(&'static str, u64); 7] {
+        [
+            ("limits/max_connections", self.max_connections),
+            ("limits/connections_per_ip", self.connections_per_ip),
+            ("limits/subscriptions", self.subscriptions),
+            ("limits/topic_length", self.topic_length),
+            ("limits/handshake_timeouts", self.handshake_timeouts),
+            ("limits/body_timeouts", self.body_timeouts),
+            ("limits/logins_throttled", self.logins_throttled),
         ]
     }
 }

@@ -42,6 +42,8 @@ pub struct LimitLogs {
     pub topic_length: LogOnce,
     /// `limits.connect_timeout_ms`.
     pub handshake_timeouts: LogOnce,
+    /// `limits.connect_timeout_ms`, for a request body after its headers.
+    pub body_timeouts: LogOnce,
 }
 
 impl Default for LimitLogs {
@@ -52,6 +54,7 @@ impl Default for LimitLogs {
             subscriptions: LogOnce::new(LOG_INTERVAL),
             topic_length: LogOnce::new(LOG_INTERVAL),
             handshake_timeouts: LogOnce::new(LOG_INTERVAL),
+            body_timeouts: LogOnce::new(LOG_INTERVAL),
         }
     }
 }
@@ -70,6 +73,8 @@ pub enum Tripped {
     TopicLength,
     /// `limits.connect_timeout_ms`.
     HandshakeTimeout,
+    /// `limits.connect_timeout_ms`, for an HTTP request body that stopped arriving.
+    BodyTimeout,
 }
 
 /// The limit state of a running server: what the front ends consult and update.
@@ -106,6 +111,7 @@ impl LimitState {
             Tripped::Subscriptions => (&self.counters.subscriptions, &self.logs.subscriptions),
             Tripped::TopicLength => (&self.counters.topic_length, &self.logs.topic_length),
             Tripped::HandshakeTimeout => (&self.counters.handshake_timeouts, &self.logs.handshake_timeouts),
+            Tripped::BodyTimeout => (&self.counters.body_timeouts, &self.logs.body_timeouts),
         };
         LimitCounters::add(counter);
         log.tripped(now)

@@ -23,12 +23,14 @@
 //! - this file: [`Metrics`], the registry and its encoding.
 //! - [`broker`]: the collector of the broker, the provider chain, sessions and the state store.
 //! - [`content`]: the collector of the content-routing front end's counters.
+//! - [`limits`]: the collector of the resource limits' refusal counters.
 //! - [`relay`]: the collector of the relay's counters and structure sizes.
 //! - `route`: the `/metrics` route and its optional bearer token.
 
 pub mod broker;
 pub mod cluster;
 pub mod content;
+pub mod limits;
 pub mod relay;
 pub(crate) mod route;
 
