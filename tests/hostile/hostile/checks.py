@@ -70,7 +70,8 @@ class Watcher:
                 break
             if p.kind == wire.PUBLISH:
                 topics.append(p.publish_topic())
-                if p.flags & 0x06:
-                    self.conn.send(wire.ack(wire.PUBACK, wire.Packet(0, 0, p.body[2 + len(p.publish_topic()):]).packet_id()))
+                packet_id = p.publish_packet_id()
+                if packet_id is not None:
+                    self.conn.send(wire.ack(wire.PUBACK, packet_id))
         self.conn.close()
         return topics

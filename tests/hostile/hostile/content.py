@@ -171,7 +171,8 @@ def http(t: Target, data: bytes, timeout: float = 5.0) -> bytes:
             out += chunk
             if b"\r\n\r\n" in out and b"Connection: close" not in data and len(out) > 12:
                 head, _, body = out.partition(b"\r\n\r\n")
-                length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")]
+                length = [int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length:")]
                 if length and len(body) >= length[0]:
                     break
         return out

@@ -210,6 +210,29 @@ def will_topic_with_wildcard(t: Target) -> str:
 
 
 @family
+def password_without_username_v311(t: Target) -> str:
+    """MQTT 3.1.1 CONNECT with the Password flag set and the User Name flag clear.
+    [MQTT-3.1.2-22] malformed: close (a CONNACK, if any, refusing)."""
+    data = wire.connect(4, t.unique("pw"), flags=0x42, tail=wire.text("secret"))
+    return closes(raw(t, data, 4), t, connack=(0x04, 0x05))
+
+
+@family
+def will_qos_three(t: Target) -> str:
+    """MQTT 5 CONNECT with a will whose Will QoS bits are 11. [MQTT-3.1.2-12] malformed: close,
+    CONNACK only 0x81."""
+    data = wire.connect(5, t.unique("wq"), will=("hostile/will", b"bye"), flags=0x02 | 0x04 | 0x18)
+    return closes(raw(t, data), t, connack=(MALFORMED,))
+
+
+@family
+def will_qos_without_will(t: Target) -> str:
+    """MQTT 5 CONNECT with Will QoS 1 but the Will Flag clear. [MQTT-3.1.2-11] malformed:
+    close, CONNACK only 0x81."""
+    return closes(raw(t, wire.connect(5, t.unique("wf"), flags=0x02 | 0x08)), t, connack=(MALFORMED,))
+
+
+@family
 def duplicate_property_connect(t: Target) -> str:
     """MQTT 5 CONNECT with Session Expiry Interval twice. "It is a Protocol Error to include the
     Session Expiry Interval more than once" (3.1.2.11.2): close, CONNACK only 0x82."""
@@ -263,7 +286,7 @@ def bad_publish(t: Target, data: bytes, codes: tuple[int, ...], watch: str = "ho
                 said = f"PUBACK 0x{p.reason():02x}, connection kept"
                 conn.close()
             elif p.kind == W.DISCONNECT and p.reason() in codes:
-                said = closes(conn, t, disconnect=codes) + f" (after DISCONNECT 0x{p.reason():02x})"
+                said = f"DISCONNECT 0x{p.reason():02x}, " + closes(conn, t, disconnect=codes).replace("no answer, ", "")
             else:
                 conn.close()
                 raise Failure(f"got {p.describe()}; allowed: PUBACK/DISCONNECT with {[hex(c) for c in codes]}")
@@ -429,6 +452,47 @@ def connect_announcing_256_mib(t: Target) -> str:
     return closes(raw(t, data), t, connack=(PACKET_TOO_LARGE, MALFORMED))
 
 
+@family
+def packet_over_maximum_v311(t: Target) -> str:
+    """MQTT 3.1.1 (which cannot announce a limit): a PUBLISH announcing one byte more than the
+    Maximum Packet Size the broker gives MQTT 5 clients, 1 KB of it sent. Close, before the
+    body arrives."""
+    probe = fresh(t, 5, connected=False)
+    probe.send(wire.connect(5, t.unique("probe")))
+    maximum = probe.expect(W.CONNACK).connack_properties().get(W.MAXIMUM_PACKET_SIZE)
+    probe.close()
+    if maximum is None:
+        raise NotApplicable("the broker announces no Maximum Packet Size")
+    conn = fresh(t, 4)
+    conn.send(b"\x30" + wire.varint(maximum) + wire.text("hostile/big") + b"x" * 1000)
+    return f"maximum {maximum}: " + closes(conn, t)
+
+
+@family
+def client_maximum_packet_size_respected(t: Target) -> str:
+    """MQTT 5 subscriber that announces Maximum Packet Size 128; a 1 KiB and then a 10-byte
+    message are published to its topic. [MQTT-3.1.2-24] the server MUST NOT send it a packet
+    over 128 bytes: the 1 KiB message is dropped for it, the small one arrives."""
+    topic = f"hostile/mps/{t.unique('m')}"
+    sub = fresh(t, 5, connected=False)
+    sub.send(wire.connect(5, t.unique("mps"), properties=wire.props(wire.prop(W.MAXIMUM_PACKET_SIZE, 128))))
+    sub.expect(W.CONNACK)
+    sub.send(wire.subscribe(1, [(topic, 0)]))
+    sub.expect(W.SUBACK)
+    pub = fresh(t, 4)
+    pub.send(wire.publish(topic, b"L" * 1024, version=4) + wire.publish(topic, b"small", version=4))
+    stays_open(pub)
+    pub.close()
+    p = sub.read(5)
+    size = len(p.body) + 2
+    sub.close()
+    if p.kind != W.PUBLISH:
+        raise Failure(f"got {p.describe()}")
+    if p.body.endswith(b"L" * 100) or size > 128:
+        raise Failure(f"sent a {size}-byte PUBLISH to a client whose maximum is 128")
+    return "the 1 KiB message was withheld, the small one delivered"
+
+
 # --- over TLS -------------------------------------------------------------------------------
 
 
@@ -476,3 +540,46 @@ def tls_publish_wildcard(t: Target) -> str:
     return said
 
 
+# --- over WebSocket ----------------------------------------------------------------------
+
+
+def mqtt_ws(t: Target):
+    from .ws import WebSocket
+
+    return WebSocket.connect(t.host, t.need("ws"), t.mqtt_ws_path, protocol="mqtt")
+
+
+def ws_closes(ws, t: Target) -> str:
+    """The broker must close the WebSocket (with or without a close frame) and send no data."""
+    from .ws import CLOSE
+
+    try:
+        opcode, payload = ws.recv(t.connect_timeout + t.slack)
+    except ConnectionError:
+        return "closed without a close frame"
+    except TimeoutError:
+        raise Failure(f"still open after {t.connect_timeout + t.slack:.1f} s") from None
+    finally:
+        ws.close()
+    if opcode != CLOSE:
+        raise Failure(f"answered a data frame ({opcode}): {payload[:16].hex()}")
+    code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
+    return f"close frame {code} {payload[2:50].decode(errors='replace')!r}"
+
+
+@family
+def websocket_text_frame(t: Target) -> str:
+    """MQTT over WebSocket: a CONNECT in a text frame. [MQTT-6.0.0-1] MQTT packets MUST be in
+    binary frames; any other data frame MUST make the receiver close the connection."""
+    ws = mqtt_ws(t)
+    ws.send(wire.connect(4, t.unique("wstext")), 0x1)
+    return ws_closes(ws, t)
+
+
+@family
+def websocket_remaining_length_five_bytes(t: Target) -> str:
+    """MQTT over WebSocket: a binary frame holding a first packet with a 5-byte remaining
+    length: closed (a WebSocket close frame may come first), no CONNACK."""
+    ws = mqtt_ws(t)
+    ws.send(b"\x10\xff\xff\xff\xff\x7f")
+    return ws_closes(ws, t)

@@ -203,6 +203,27 @@ def http_nothing_sent(t: Target) -> str:
     return closed_by(sock, started, t)
 
 
+@family
+def http_keep_alive_idle(t: Target) -> str:
+    """One complete GET, its response read, then silence on the kept-alive connection: the next
+    request's headers have the same deadline, so the idle connection is closed by then."""
+    sock, _ = open_socket(t, any_http(t))
+    sock.sendall(f"GET /hostile-keep-alive HTTP/1.1\r\nHost: {t.host}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            sock.close()
+            return "closed without answering the GET (nothing held open)"
+        head += chunk
+    if b"connection: close" in head.lower():
+        sock.close()
+        return "the broker closes after each response (Connection: close)"
+    status_line = head.split(b"\r\n")[0].decode(errors="replace")
+    idle = closed_by(sock, time.monotonic(), t).replace("after the accept", "after the response")
+    return f"answered {status_line!r}, then {idle}"
+
+
 def body_never_finished(t: Target, path: str) -> str:
     sock, started = open_socket(t, t.need("http"))
     sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {t.host}\r\nContent-Type: application/json\r\n"

@@ -66,8 +66,9 @@ def packet(kind: int, flags: int, body: bytes) -> bytes:
 
 def connect(version: int = 5, client_id: str | bytes = "", *, clean: bool = True, keep_alive: int = 30,
             properties: bytes | None = None, name: bytes = b"MQTT", flags: int | None = None,
-            will: tuple[str | bytes, bytes] | None = None, header_flags: int = 0) -> bytes:
-    """CONNECT; `version` is the protocol level (3 = 3.1 "MQIsdp", 4 = 3.1.1, 5 = 5.0)."""
+            will: tuple[str | bytes, bytes] | None = None, header_flags: int = 0, tail: bytes = b"") -> bytes:
+    """CONNECT; `version` is the protocol level (3 = 3.1 "MQIsdp", 4 = 3.1.1, 5 = 5.0); `tail`
+    is appended to the payload as it is (user name, password)."""
     if version == 3 and name == b"MQTT":
         name = b"MQIsdp"
     connect_flags = (0x02 if clean else 0) | (0x04 if will else 0)
@@ -81,7 +82,7 @@ def connect(version: int = 5, client_id: str | bytes = "", *, clean: bool = True
         if version == 5:
             body += props()
         body += text(will[0]) + text(will[1])
-    return packet(CONNECT, header_flags, body)
+    return packet(CONNECT, header_flags, body + tail)
 
 
 def publish(topic: str | bytes, payload: bytes = b"", *, qos: int = 0, packet_id: int = 1, retain: bool = False,
@@ -137,7 +138,8 @@ def parse_properties(data: bytes, offset: int) -> tuple[dict[int, object], int]:
         elif kind == PAIR:
             n = struct.unpack_from(">H", data, offset)[0]
             m = struct.unpack_from(">H", data, offset + 2 + n)[0]
-            value, offset = (data[offset + 2:offset + 2 + n], data[offset + 4 + n:offset + 4 + n + m]), offset + 4 + n + m
+            key, val = data[offset + 2:offset + 2 + n], data[offset + 4 + n:offset + 4 + n + m]
+            value, offset = (key, val), offset + 4 + n + m
         else:
             raise ValueError(f"unknown property 0x{ident:02x} from the broker")
         found[ident] = value
@@ -190,6 +192,12 @@ class Packet:
     def publish_topic(self) -> bytes:
         n = struct.unpack_from(">H", self.body, 0)[0]
         return self.body[2:2 + n]
+
+    def publish_packet_id(self) -> int | None:
+        """The packet identifier of a QoS 1/2 PUBLISH (None at QoS 0)."""
+        if not self.flags & 0x06:
+            return None
+        return struct.unpack_from(">H", self.body, 2 + len(self.publish_topic()))[0]
 
     def describe(self) -> str:
         code = self.reason()
