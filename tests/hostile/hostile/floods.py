@@ -5,6 +5,8 @@ churn. Each is bounded in count and time; the loopback network stands in for oth
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 
@@ -232,3 +234,56 @@ def client_id_takeover_churn(t: Target) -> str:
     last.send(wire.disconnect(5))
     last.close()
     return "100 takeovers, each closing the previous connection"
+
+
+def per_ip_on(t: Target, port: int, source: str, hello: bytes, answered) -> str:
+    """Opens limit + 8 connections from `source` to `port`, each sending `hello`; `answered(sock)`
+    says whether the broker answered it. Exactly `limit` must be answered, the rest closed."""
+    limit = t.need("max_connections_per_ip")
+    held, refused = [], 0
+    try:
+        for _ in range(limit + 8):
+            sock = socket.socket()
+            sock.bind((source, 0))
+            sock.settimeout(t.connect_timeout + t.slack)
+            sock.connect((t.host, port))
+            try:
+                sock.sendall(hello)
+                ok = answered(sock)
+            except OSError:
+                ok = False
+            if ok:
+                held.append(sock)
+            else:
+                refused += 1
+                sock.close()
+        if len(held) != limit:
+            raise Failure(f"{len(held)} connections served from one address, limit {limit} ({refused} refused)")
+        during = exchange(t, "a per-address flood")
+    finally:
+        for s in held:
+            s.close()
+    return f"{limit} served, {refused} closed unanswered; meanwhile {during}"
+
+
+@family
+def relay_connections_past_per_ip_limit(t: Target) -> str:
+    """As connections_past_per_ip_limit on the relay TCP listener from 127.0.0.9: each sends
+    a capabilities request; exactly `--max-connections-per-ip` are answered."""
+    body = b'{"t":"capabilities"}'
+
+    def answered(sock) -> bool:
+        return len(sock.recv(4)) == 4
+
+    return per_ip_on(t, t.need("relay_tcp"), "127.0.0.9", struct.pack(">I", len(body)) + body, answered)
+
+
+@family
+def http_connections_past_per_ip_limit(t: Target) -> str:
+    """As connections_past_per_ip_limit on the HTTP listener from 127.0.0.10: each sends a
+    keep-alive GET; exactly `--max-connections-per-ip` are answered."""
+
+    def answered(sock) -> bool:
+        return sock.recv(12).startswith(b"HTTP/1.1")
+
+    return per_ip_on(t, t.need("http"), "127.0.0.10", b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n\r\n", answered)

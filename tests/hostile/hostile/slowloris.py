@@ -158,6 +158,14 @@ def websocket_upgrade_dripped(t: Target) -> str:
 
 
 @family
+def relay_websocket_upgrade_dripped(t: Target) -> str:
+    """mesgd's relay WebSocket listener (`--relay-ws`): its upgrade request one byte every
+    100 ms: closed by the deadline, no 101."""
+    sock, started = open_socket(t, t.need("relay_ws"))
+    return closed_by(sock, started, t, upgrade_request(t, "/", protocol=None))
+
+
+@family
 def websocket_upgraded_then_no_connect(t: Target) -> str:
     """A completed MQTT WebSocket upgrade, then no CONNECT: closed by the deadline (a WebSocket
     close frame may come first)."""
