@@ -425,6 +425,71 @@ def subscribe_invalid_utf8_filter(t: Target) -> str:
     return closes(conn, t, disconnect=(MALFORMED,))
 
 
+@family
+def auth_without_method(t: Target) -> str:
+    """MQTT 5: an AUTH packet on a connection whose CONNECT had no Authentication Method.
+    Section 4.12: a client without one MUST NOT send AUTH; a protocol error, DISCONNECT 0x82."""
+    conn = fresh(t, 5)
+    conn.send(b"\xf0\x00")
+    return closes(conn, t, disconnect=(PROTOCOL_ERROR,))
+
+
+@family
+def unknown_authentication_method(t: Target) -> str:
+    """MQTT 5 CONNECT with Authentication Method "X-HOSTILE-UNKNOWN". [MQTT-4.12.0-1] the server
+    MAY answer CONNACK 0x8C (or 0x87) and MUST close."""
+    method = wire.props(wire.prop(0x15, "X-HOSTILE-UNKNOWN"))
+    return closes(raw(t, wire.connect(5, t.unique("auth"), properties=method)), t, connack=(0x8C, 0x87))
+
+
+@family
+def pubrel_for_unknown_packet_id(t: Target) -> str:
+    """MQTT 5 PUBREL for a packet id the broker never received: it answers PUBCOMP with that id
+    (reason 0x92 Packet Identifier not found, or 0x00) and keeps the connection."""
+    conn = fresh(t, 5)
+    conn.send(wire.ack(W.PUBREL, 4242))
+    p = conn.expect(W.PUBCOMP)
+    code = p.reason()
+    if p.packet_id() != 4242 or code not in (0x00, 0x92):
+        raise Failure(f"PUBCOMP id {p.packet_id()} reason 0x{code:02x}")
+    stays_open(conn)
+    conn.close()
+    return f"PUBCOMP 0x{code:02x}, connection kept"
+
+
+@family
+def invalid_topic_filters(t: Target) -> str:
+    """MQTT 5 SUBSCRIBEs to filters that break 4.7.1: "hostile/#/x", "hostile/a+/x",
+    "hostile/#x", "$share/g", "$share//hostile", "$share/g+/hostile". Each is refused: SUBACK
+    0x8F/0x9E (or 0x80) on a kept connection, or DISCONNECT 0x81/0x82 and a close."""
+    said = []
+    for bad in ["hostile/#/x", "hostile/a+/x", "hostile/#x", "$share/g", "$share//hostile", "$share/g+/hostile"]:
+        conn = fresh(t, 5)
+        conn.send(wire.subscribe(1, [(bad, 0)]))
+        try:
+            p = conn.read(t.connect_timeout)
+        except (wire.Closed, wire.Timeout) as e:
+            conn.close()
+            if isinstance(e, wire.Timeout):
+                raise Failure(f"{bad}: no answer") from None
+            said.append(f"{bad}: closed")
+            continue
+        if p.kind == W.SUBACK:
+            code = p.suback_codes(5)[0]
+            if code not in (0x8F, 0x9E, 0x80):
+                raise Failure(f"{bad}: SUBACK 0x{code:02x}")
+            stays_open(conn)
+            conn.close()
+            said.append(f"{bad}: 0x{code:02x}")
+        elif p.kind == W.DISCONNECT and p.reason() in (MALFORMED, PROTOCOL_ERROR):
+            closes(conn, t)
+            said.append(f"{bad}: DISCONNECT 0x{p.reason():02x}")
+        else:
+            conn.close()
+            raise Failure(f"{bad}: {p.describe()}")
+    return "; ".join(said)
+
+
 # --- size ---------------------------------------------------------------------------------
 
 
