@@ -40,7 +40,8 @@ def main() -> int:
     p.add_argument("--slack", type=float, default=3.0, help="seconds allowed past a deadline")
     p.add_argument("--max-connections-per-ip", type=int, help="the broker's per-address connection limit")
     p.add_argument("--max-subscriptions", type=int, help="the broker's per-client subscription limit")
-    p.add_argument("--rss-bound-mb", type=float, default=96.0, help="RSS growth allowed during a slow-consumer flood")
+    p.add_argument("--rss-bound-mb", type=float, default=64.0,
+                   help="RSS growth allowed during a slow-consumer flood (which carries three times as much)")
     p.add_argument("--content-public-path", default="/hostile", help="a content path admitted without a credential")
     p.add_argument("--broker", choices=["mesgd", "other"], default="mesgd",
                    help="mesgd: known findings are expected failures (XFAIL); other: no expectations")

@@ -11,7 +11,7 @@ import threading
 import time
 
 from .harness import Failure, Target, case
-from .slow_consumers import RssWatch
+from .slow_consumers import PAYLOAD, RssWatch, flood_messages
 from .ws import CLOSE, Refused, WebSocket
 
 family = case("content")
@@ -117,9 +117,9 @@ def message_too_large(t: Target) -> str:
 
 @family
 def slow_listener(t: Target) -> str:
-    """A listener on the public path that does not read while a sender
-    writes 20,000 matching 1 KiB messages (at most 10 s); a second listener reads everything.
-    The slow one is disconnected (1008, or without a close frame, which it cannot reach
+    """A listener on the public path that does not read while a sender writes matching 16 KiB
+    messages, three times `--rss-bound-mb` in all (at most 10 s); a second listener reads
+    everything. The slow one is disconnected (1008, or without a close frame, which it cannot reach
     behind its unread messages) once its queue is past the cap; the reading one stays and
     receives; RSS stays bounded."""
     watch = RssWatch(t)
@@ -142,9 +142,9 @@ def slow_listener(t: Target) -> str:
     reader = threading.Thread(target=read_fast, daemon=True)
     reader.start()
     sender = upgrade(t, path)
-    message = json.dumps({path.strip("/").split("=")[0]: 1, "pad": "m" * 1000})
+    message = json.dumps({path.strip("/").split("=")[0]: 1, "pad": "m" * (len(PAYLOAD) - 30)})
     started, sent = time.monotonic(), 0
-    while sent < 20_000 and time.monotonic() - started < 10:
+    while sent < flood_messages(t) and time.monotonic() - started < 10:
         sender.send(message)
         sent += 1
     reader.join(15)

@@ -40,7 +40,7 @@ class Target:
     slack: float = 3.0
     max_connections_per_ip: int | None = None
     max_subscriptions: int | None = None
-    rss_bound_mb: float = 96.0
+    rss_bound_mb: float = 64.0
     content_public_path: str = "/hostile"
     broker: str = "mesgd"
     counter: int = 0

@@ -4,6 +4,7 @@ healthy client must be served while the stuck subscribers are still connected.""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -11,14 +12,21 @@ from . import wire
 from .checks import fresh
 from .harness import Failure, Target, case
 from .healthy import exchange
+from .ws import WebSocket
 
 family = case("slow_consumers")
-PAYLOAD = b"s" * 1024
-FLOOD_SECONDS, FLOOD_MESSAGES = 4.0, 40_000
+PAYLOAD = b"s" * 16_384
+FLOOD_SECONDS = 5.0
+
+
+def flood_messages(t: Target) -> int:
+    """Enough 16 KiB messages to carry three times the RSS bound: a broker that buffered them
+    all for the stuck subscriber would be far over it."""
+    return int(3 * t.rss_bound_mb * 1024 * 1024 / len(PAYLOAD))
 
 
 class RssWatch:
-    """Samples the broker's RSS every 50 ms in a thread; `peak_growth_mb()` at the end."""
+    """Samples the broker's RSS every 50 ms in a thread; `finish()` checks the peak growth."""
 
     def __init__(self, t: Target):
         self.t, self.start, self.peak = t, t.rss_kb(), t.rss_kb()
@@ -45,7 +53,7 @@ class RssWatch:
 
 
 def flood(t: Target, topic: str, qos: int) -> str:
-    """Publishes 1 KiB messages to `topic` for FLOOD_SECONDS or FLOOD_MESSAGES, whichever
+    """Publishes 16 KiB messages to `topic` for FLOOD_SECONDS or flood_messages(t), whichever
     comes first, reading (and dropping) its acknowledgements in a second thread. A broker
     that stops reading from the publisher (back-pressure) makes the sends block: that is
     allowed and reported."""
@@ -67,27 +75,31 @@ def flood(t: Target, topic: str, qos: int) -> str:
     reader.start()
     sent, started, blocked = 0, time.monotonic(), False
     batch = b"".join(wire.publish(topic, PAYLOAD, qos=qos, packet_id=(i % 65535) + 1, version=4)
-                     for i in range(100))
+                     for i in range(16))
     pub.sock.settimeout(0.5)
-    while sent < FLOOD_MESSAGES and time.monotonic() - started < FLOOD_SECONDS:
+    while sent < flood_messages(t) and time.monotonic() - started < FLOOD_SECONDS:
         try:
             pub.sock.sendall(batch)
         except (TimeoutError, OSError):
             blocked = True
             continue
-        sent += 100
+        sent += 16
     elapsed = time.monotonic() - started
     stop.set()
     reader.join()
     pub.close()
     note = f"; publisher held back by the broker at times" if blocked else ""
-    return f"{sent} QoS {qos} messages in {elapsed:.1f} s ({acks[0]} PUBACKs read){note}"
+    return (f"{sent} QoS {qos} messages ({sent * len(PAYLOAD) >> 20} MiB) in {elapsed:.1f} s "
+            f"({acks[0]} PUBACKs read){note}")
 
 
-def stuck_subscribers(t: Target, topic: str, qos: int, count: int) -> list[wire.Conn]:
+def stuck_subscribers(t: Target, topic: str, qos: int, count: int, transport: str = "tcp") -> list:
     subs = []
     for _ in range(count):
-        sub = fresh(t, 5, rcvbuf=4096)
+        if transport == "ws":
+            subs.append(stuck_websocket_subscriber(t, topic, qos))
+            continue
+        sub = fresh(t, 5, rcvbuf=4096, tls=transport == "tls")
         sub.send(wire.subscribe(1, [(topic, qos)]))
         if sub.expect(wire.SUBACK).suback_codes(5) != [qos]:
             raise Failure("a stuck subscriber's subscription was refused")
@@ -95,10 +107,28 @@ def stuck_subscribers(t: Target, topic: str, qos: int, count: int) -> list[wire.
     return subs
 
 
-def scenario(t: Target, qos: int, count: int) -> str:
+def stuck_websocket_subscriber(t: Target, topic: str, qos: int) -> WebSocket:
+    """An MQTT 5 subscriber over WebSocket; CONNACK and SUBACK are read, then nothing more."""
+    ws = WebSocket.connect(t.host, t.need("ws"), t.mqtt_ws_path, protocol="mqtt")
+    ws.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    ws.send(wire.connect(5, t.unique("ws-stuck")))
+    ws.send(wire.subscribe(1, [(topic, qos)]))
+    stream, seen = bytearray(), []
+    while wire.SUBACK not in seen:
+        stream += ws.recv()[1]
+        while (p := wire.take(stream)) is not None:
+            if p.kind == wire.CONNACK and p.reason():
+                raise Failure(f"the WebSocket subscriber was refused: {p.describe()}")
+            if p.kind == wire.SUBACK and p.suback_codes(5) != [qos]:
+                raise Failure(f"the WebSocket subscription was refused: {p.suback_codes(5)}")
+            seen.append(p.kind)
+    return ws
+
+
+def scenario(t: Target, qos: int, count: int, transport: str = "tcp") -> str:
     topic = f"hostile/slow/{t.unique('q')}"
     watch = RssWatch(t)
-    subs = stuck_subscribers(t, topic, qos, count)
+    subs = stuck_subscribers(t, topic, qos, count, transport)
     result: dict[str, str] = {}
     flooder = threading.Thread(target=lambda: result.update(flooded=flood(t, topic, qos)), daemon=True)
     try:
@@ -117,8 +147,9 @@ def scenario(t: Target, qos: int, count: int) -> str:
 @family
 def qos0_subscriber_stops_reading(t: Target) -> str:
     """A subscriber (4 KiB receive buffer) to a topic at QoS 0 never reads; a publisher sends
-    1 KiB QoS 0 messages to it for 4 s (at most 40,000). RSS stays bounded; a healthy client is
-    served while the subscriber is still stuck."""
+    16 KiB QoS 0 messages to it, three times `--rss-bound-mb` in all (192 MiB by default), for
+    at most 5 s. RSS grows by less than the bound; a healthy client is served during the
+    flood."""
     return scenario(t, 0, 1)
 
 
@@ -134,3 +165,17 @@ def many_stuck_subscribers(t: Target) -> str:
     """Eight stuck QoS 1 subscribers to one topic and the same flood: memory bounded, others
     served."""
     return scenario(t, 1, 8)
+
+
+@family
+def tls_subscriber_stops_reading(t: Target) -> str:
+    """The QoS 1 flood to a stuck subscriber connected over TLS: memory bounded, others served."""
+    t.need("mqtts")
+    return scenario(t, 1, 1, "tls")
+
+
+@family
+def websocket_subscriber_stops_reading(t: Target) -> str:
+    """The QoS 1 flood to a stuck MQTT-over-WebSocket subscriber: memory bounded, others served."""
+    t.need("ws")
+    return scenario(t, 1, 1, "ws")

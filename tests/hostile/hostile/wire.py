@@ -206,6 +206,30 @@ class Packet:
         return self.name
 
 
+def take(buf: bytearray) -> Packet | None:
+    """Removes and returns the first whole packet of `buf` (None while it is incomplete)."""
+    if len(buf) < 2:
+        return None
+    length, shift, i = 0, 0, 1
+    while True:
+        if i >= len(buf):
+            return None
+        byte = buf[i]
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        i += 1
+        if not byte & 0x80:
+            break
+        if i > 4:
+            raise ValueError("broker sent a remaining length over 4 bytes")
+    if len(buf) < i + length:
+        return None
+    first = buf[0]
+    result = Packet(first >> 4, first & 0x0F, bytes(buf[i:i + length]))
+    del buf[:i + length]
+    return result
+
+
 class Closed(Exception):
     """The broker closed the connection (FIN or reset)."""
 
@@ -268,26 +292,7 @@ class Conn:
             self._fill(deadline)
 
     def _take(self) -> Packet | None:
-        if len(self.buf) < 2:
-            return None
-        length, shift, i = 0, 0, 1
-        while True:
-            if i >= len(self.buf):
-                return None
-            byte = self.buf[i]
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not byte & 0x80:
-                break
-            if i > 4:
-                raise ValueError("broker sent a remaining length over 4 bytes")
-        if len(self.buf) < i + length:
-            return None
-        first = self.buf[0]
-        result = Packet(first >> 4, first & 0x0F, bytes(self.buf[i:i + length]))
-        del self.buf[:i + length]
-        return result
+        return take(self.buf)
 
     def expect(self, kind: int, timeout: float = 5.0, skip: tuple[int, ...] = ()) -> Packet:
         """The next packet, which must be of `kind` (packets in `skip` are passed over)."""
