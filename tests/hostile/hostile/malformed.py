@@ -495,17 +495,16 @@ def invalid_topic_filters(t: Target) -> str:
 
 @family
 def packet_over_maximum_packet_size(t: Target) -> str:
-    """MQTT 5: after a CONNACK with Maximum Packet Size P, a PUBLISH announcing P+1 bytes (only
-    its first kilobyte sent). Over the limit is a protocol error (3.2.2.3.6): DISCONNECT 0x95,
-    decided before the body arrives."""
+    """MQTT 5: after a CONNACK with Maximum Packet Size P, a PUBLISH with remaining length P
+    (so the whole packet is over P; only its first kilobyte sent). Over the limit is a protocol
+    error (3.2.2.3.6): DISCONNECT 0x95, decided before the body arrives."""
     conn = fresh(t, 5, connected=False)
     conn.send(wire.connect(5, t.unique("big")))
     maximum = conn.expect(W.CONNACK).connack_properties().get(W.MAXIMUM_PACKET_SIZE)
     if maximum is None:
         conn.close()
         raise NotApplicable("the broker announces no Maximum Packet Size")
-    remaining = maximum  # 1 byte of type + at least 3 of length + remaining > maximum
-    conn.send(b"\x30" + wire.varint(remaining) + wire.text("hostile/big") + b"\x00" + b"x" * 1000)
+    conn.send(b"\x30" + wire.varint(maximum) + wire.text("hostile/big") + b"\x00" + b"x" * 1000)
     return f"maximum {maximum}: " + closes(conn, t, disconnect=(PACKET_TOO_LARGE,))
 
 
@@ -519,9 +518,9 @@ def connect_announcing_256_mib(t: Target) -> str:
 
 @family
 def packet_over_maximum_v311(t: Target) -> str:
-    """MQTT 3.1.1 (which cannot announce a limit): a PUBLISH announcing one byte more than the
-    Maximum Packet Size the broker gives MQTT 5 clients, 1 KB of it sent. Close, before the
-    body arrives."""
+    """MQTT 3.1.1 (which cannot announce a limit): a PUBLISH whose remaining length is the
+    Maximum Packet Size the broker gives MQTT 5 clients (so the packet is over it), 1 KB of it
+    sent. Close, before the body arrives."""
     probe = fresh(t, 5, connected=False)
     probe.send(wire.connect(5, t.unique("probe")))
     maximum = probe.expect(W.CONNACK).connack_properties().get(W.MAXIMUM_PACKET_SIZE)
