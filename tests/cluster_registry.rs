@@ -1,8 +1,9 @@
 //! The cluster-wide session registry over a real nats-server (`nats-server -js` on a loopback
 //! port): a client id connecting on another node takes the session over (the first node's
 //! client sees DISCONNECT 0x8E), the same id connecting to two nodes at once leaves exactly one
-//! live connection and one record, a dead owner is fenced by the compare-and-swap, and a node
-//! that cannot reach the registry refuses CONNECT within its bound.
+//! live connection and one record, a dead owner is fenced by the compare-and-swap, a node
+//! that cannot reach the registry refuses CONNECT within its bound, and a persistent session
+//! resumed on another node keeps its subscriptions.
 
 mod common;
 
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::nats::{NatsServer, cluster, node, synced};
 use common::packets::{connect_bytes, mqtt_str, packet, publish_packet, subscribe_packet};
+use common::persistent::connect_persistent;
 use common::{Raw, TestServer, v3, v5, within};
+use mesgd_core::model::SessionKey;
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 
 /// Re-checks `done` (a read of cluster state that settles asynchronously, such as a record
@@ -262,4 +265,57 @@ async fn connect_fails_closed_without_the_registry() {
     // Clients already connected keep working locally.
     before.send(&packet(0xC0, &[])).await;
     assert!(matches!(before.recv().await, Some(Packet::PingResp)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_session_resumed_on_another_node_keeps_its_subscriptions() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+
+    // MQTT 5, taken over while connected: two subscriptions, one with no-local.
+    let (mut old, present) = connect_persistent(a.addr, ProtocolVersion::V5, "keeper").await;
+    assert!(!present);
+    old.send(&subscribe_packet(1, "keep/+", 0x01, true)).await;
+    assert!(matches!(old.recv().await, Some(Packet::SubAck(_))));
+    old.send(&subscribe_packet(2, "mine/#", 0x05, true)).await;
+    assert!(matches!(old.recv().await, Some(Packet::SubAck(_))));
+    let (mut new, present) = connect_persistent(b.addr, ProtocolVersion::V5, "keeper").await;
+    assert!(present, "the session moved with its subscriptions");
+    assert_eq!(until_end(&mut old).await, Some(ReasonCode::SessionTakenOver));
+    let key = SessionKey::mqtt("keeper");
+    let moved = b.broker().session(&key).expect("the session is on b");
+    let mut filters: Vec<(String, bool)> =
+        moved.subscriptions().into_iter().map(|(text, r)| (text.to_string(), r.options.no_local)).collect();
+    filters.sort();
+    assert_eq!(filters, [("keep/+".to_owned(), false), ("mine/#".to_owned(), true)]);
+    eventually("the session to end on a", || async { a.broker().session(&key).is_none() }).await;
+    assert_eq!(counter(&a, |s| &s.registry_sessions_handed), 1);
+    assert_eq!(counter(&b, |s| &s.registry_sessions_received), 1);
+    // The subscriptions work on b, for messages published on a, without a new SUBSCRIBE.
+    synced(&b).await;
+    let (publisher, _) = v3::connect(v3::options("pub", a.port())).await;
+    publisher.client.publish("keep/x", rumqttc::QoS::AtMostOnce, false, "still here").await.unwrap();
+    match new.recv().await {
+        Some(Packet::Publish(p)) => {
+            assert_eq!((&*p.topic, &p.payload[..]), ("keep/x", &b"still here"[..]))
+        }
+        other => panic!("expected the PUBLISH, got {other:?}"),
+    }
+
+    // MQTT 3.1.1, resumed while offline on b; a clean start on the other node takes nothing.
+    let (mut legacy, _) = connect_persistent(b.addr, ProtocolVersion::V311, "legacy-keeper").await;
+    legacy.send(&subscribe_packet(1, "lk/#", 1, false)).await;
+    assert!(matches!(legacy.recv().await, Some(Packet::SubAck(_))));
+    legacy.send(&packet(0xE0, &[])).await;
+    legacy.until_closed().await;
+    let (_legacy, present) = connect_persistent(a.addr, ProtocolVersion::V311, "legacy-keeper").await;
+    assert!(present);
+    let key = SessionKey::mqtt("legacy-keeper");
+    assert_eq!(a.broker().session(&key).expect("on a").subscription_count(), 1);
+    let (_fresh, code) = raw_connect(&b, true, "legacy-keeper").await;
+    assert_eq!(code, ReasonCode::Success);
+    let fresh = b.broker().session(&key).expect("on b");
+    assert_eq!(fresh.subscription_count(), 0, "clean start: nothing handed over");
+    assert_eq!(counter(&a, |s| &s.registry_sessions_handed), 1, "nothing asked of a");
 }

@@ -70,6 +70,12 @@ pub struct ClusterStats {
     pub registry_fenced: AtomicU64,
     /// Deletes that failed or timed out (the record stays, naming this node).
     pub registry_release_errors: AtomicU64,
+    /// Persistent sessions this node handed over to the client's new node.
+    pub registry_sessions_handed: AtomicU64,
+    /// Persistent sessions another node handed over to this one.
+    pub registry_sessions_received: AtomicU64,
+    /// Sessions not handed over: their subscriptions did not fit in a reply.
+    pub registry_handover_too_large: AtomicU64,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -235,6 +241,24 @@ impl ClusterStats {
                 "Registry deletes that failed or timed out",
                 Counter,
                 get(&self.registry_release_errors),
+            ),
+            (
+                "registry_sessions_handed",
+                "Persistent sessions handed over to another node",
+                Counter,
+                get(&self.registry_sessions_handed),
+            ),
+            (
+                "registry_sessions_received",
+                "Persistent sessions handed over by another node",
+                Counter,
+                get(&self.registry_sessions_received),
+            ),
+            (
+                "registry_handover_too_large",
+                "Sessions not handed over: too many subscriptions for a reply",
+                Counter,
+                get(&self.registry_handover_too_large),
             ),
         ]
     }

@@ -33,8 +33,8 @@ use bytes::Bytes;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
 use mesgd_core::cluster::registry::{
-    ClaimError, ClaimFuture, MAX_MESSAGE_LEN, Record, SessionRegistry, TakeoverReply, TakeoverRequest,
-    takeover_subject, tracked,
+    ClaimError, ClaimFuture, Handover, MAX_MESSAGE_LEN, Record, SessionRegistry, TakeoverReply,
+    TakeoverRequest, takeover_subject, tracked,
 };
 use mesgd_core::model::SessionKey;
 use tokio::task::JoinHandle;
@@ -139,7 +139,7 @@ impl Registry {
         self.inner.holdings.len()
     }
 
-    async fn claim_id(&self, key: &SessionKey) -> Result<(), ClaimError> {
+    async fn claim_id(&self, key: &SessionKey, resume: bool) -> Result<Handover, ClaimError> {
         let me = &self.inner;
         let kv_key = client_key::encode(&key.id).map_err(|_| ClaimError::IdTooLong)?;
         if me.client.connection_state() != async_nats::connection::State::Connected {
@@ -158,10 +158,10 @@ impl Registry {
         // our CAS replaced must close its connection: the newer claimer read our record, and
         // asks only us.
         me.holdings.claimed(&key.id, revision);
-        if let Some(previous) = previous.filter(|p| *p.node != *me.node) {
-            self.ask_to_close(&previous.node, &key.id, revision).await;
+        match previous.filter(|p| *p.node != *me.node) {
+            Some(previous) => Ok(self.ask_to_close(&previous.node, &key.id, revision, resume).await),
+            None => Ok(Handover::default()),
         }
-        Ok(())
     }
 
     fn claim_failed(&self, id: &str, why: &str) -> ClaimError {
@@ -210,17 +210,20 @@ impl Registry {
         Err(format!("{MAX_ATTEMPTS} compare-and-swap conflicts in a row"))
     }
 
-    /// Asks `node` to close its connection to `id`; bounded, and the claim stands whatever the
-    /// answer (the CAS already fenced `node`).
-    async fn ask_to_close(&self, node: &str, id: &str, revision: u64) {
+    /// Asks `node` to close its connection to `id` (and, with `resume`, to hand its session
+    /// over); bounded, and the claim stands whatever the answer (the CAS already fenced
+    /// `node`).
+    async fn ask_to_close(&self, node: &str, id: &str, revision: u64, resume: bool) -> Handover {
         let me = &self.inner;
         ClusterStats::add(&me.stats.registry_takeovers_sent, 1);
-        let request = TakeoverRequest { client_id: id.to_owned(), revision, node: me.node.to_string() };
+        let request =
+            TakeoverRequest { client_id: id.to_owned(), revision, node: me.node.to_string(), resume };
         let asked = me.client.request(takeover_subject(node), Bytes::from(request.encode()));
         match tokio::time::timeout(me.timeout, asked).await {
             Ok(Ok(reply)) => match TakeoverReply::decode(&reply.payload) {
                 Ok(reply) => {
-                    tracing::debug!(client_id = id, node, outcome = ?reply.outcome, "cluster: took the client over")
+                    tracing::debug!(client_id = id, node, outcome = ?reply.outcome, "cluster: took the client over");
+                    return self.handed_over(&reply);
                 }
                 Err(e) => {
                     ClusterStats::add(&me.stats.decode_errors, 1);
@@ -240,6 +243,27 @@ impl Registry {
                 tracing::warn!(client_id = id, node, "cluster: the previous owner did not answer in time");
             }
         }
+        Handover::default()
+    }
+
+    /// The session a takeover reply hands over; a subscription that does not parse is dropped
+    /// and counted.
+    fn handed_over(&self, reply: &TakeoverReply) -> Handover {
+        if !reply.resumed {
+            return Handover::default();
+        }
+        ClusterStats::add(&self.inner.stats.registry_sessions_received, 1);
+        let mut subscriptions = Vec::with_capacity(reply.subscriptions.len());
+        for handed in &reply.subscriptions {
+            match handed.parse() {
+                Ok(subscription) => subscriptions.push(subscription),
+                Err(e) => {
+                    ClusterStats::add(&self.inner.stats.decode_errors, 1);
+                    tracing::debug!(error = %e, "cluster: unreadable handed-over subscription");
+                }
+            }
+        }
+        Handover { resumed: true, subscriptions }
     }
 
     /// With the client lock held and no session of `key` left here: deletes the record at this
@@ -272,8 +296,8 @@ impl Registry {
 }
 
 impl SessionRegistry for Registry {
-    fn claim<'a>(&'a self, key: &'a SessionKey) -> ClaimFuture<'a> {
-        Box::pin(self.claim_id(key))
+    fn claim<'a>(&'a self, key: &'a SessionKey, resume: bool) -> ClaimFuture<'a> {
+        Box::pin(self.claim_id(key, resume))
     }
 
     fn still_owner(&self, key: &SessionKey) -> bool {

@@ -5,15 +5,18 @@
 //! makes it act ([`Verdict::Superseded`]), so a late request never closes a connection that
 //! reconnected here since. Acting means: kick the live connection (the MQTT front end sends v5
 //! DISCONNECT 0x8E Session taken over, or closes a 3.x connection), wait for it to let go
-//! (bounded), answer, then end the session here, with the client lock held, unless the client
+//! (bounded), answer — with a persistent session's subscriptions when the new connection
+//! asked to resume — then end the session here, with the client lock held, unless the client
 //! came back meanwhile. The handler never waits for the client lock before answering: two
 //! nodes claiming one id at once each hold their lock while they wait for the other's answer.
 
 use async_nats::Subscriber;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mesgd_core::cluster::registry::{TakeoverOutcome, TakeoverReply, TakeoverRequest};
-use mesgd_core::model::{Kick, SessionKey};
+use mesgd_core::cluster::registry::{
+    HandedSubscription, MAX_REPLY_LEN, TakeoverOutcome, TakeoverReply, TakeoverRequest,
+};
+use mesgd_core::model::{Kick, SessionExpiry, SessionKey};
 
 use super::Registry;
 use super::holdings::Verdict;
@@ -52,6 +55,7 @@ impl Registry {
         };
         let Some(broker) = me.broker.upgrade() else { return };
         let key = SessionKey::mqtt(request.client_id.as_str());
+        let mut handed = None;
         let outcome = match me.holdings.supersede(&request.client_id, request.revision) {
             Verdict::Unknown => TakeoverOutcome::Unknown,
             Verdict::Stale => {
@@ -61,7 +65,7 @@ impl Registry {
             Verdict::Superseded => {
                 ClusterStats::add(&me.stats.registry_taken_over, 1);
                 tracing::info!(client_id = %key.id, by = request.node, "cluster: client taken over by another node");
-                match broker.session(&key) {
+                let outcome = match broker.session(&key) {
                     Some(session) if session.is_online() => {
                         session.kick(Kick::TakenOver);
                         // Half the bound: the answer must still reach the requester in time.
@@ -69,16 +73,42 @@ impl Registry {
                         TakeoverOutcome::Closed
                     }
                     _ => TakeoverOutcome::Offline,
+                };
+                if request.resume {
+                    // A persistent session that let go (one that ends with its connection is
+                    // gone, or going): its subscriptions go with the client.
+                    handed = broker
+                        .session(&key)
+                        .filter(|s| {
+                            !s.is_online() && !s.is_ended() && s.expiry() != SessionExpiry::OnDisconnect
+                        })
+                        .map(|s| {
+                            s.subscriptions()
+                                .iter()
+                                .map(|(_, r)| HandedSubscription::of(&r.filter, &r.options))
+                                .collect::<Vec<_>>()
+                        });
                 }
+                outcome
             }
         };
-        let reply = TakeoverReply { outcome };
-        if let Err(e) = me.client.publish(reply_to, Bytes::from(reply.encode())).await {
+        let resumed = handed.is_some();
+        let mut reply = TakeoverReply { outcome, resumed, subscriptions: handed.unwrap_or_default() };
+        let mut bytes = reply.encode();
+        if bytes.len() > MAX_REPLY_LEN {
+            // Too many subscriptions to hand over: the client starts afresh on the new node.
+            ClusterStats::add(&me.stats.registry_handover_too_large, 1);
+            reply = TakeoverReply { outcome, resumed: false, subscriptions: Vec::new() };
+            bytes = reply.encode();
+        } else if resumed {
+            ClusterStats::add(&me.stats.registry_sessions_handed, 1);
+        }
+        if let Err(e) = me.client.publish(reply_to, Bytes::from(bytes)).await {
             tracing::debug!(error = %e, "cluster: cannot answer a takeover request");
         }
         if matches!(outcome, TakeoverOutcome::Closed | TakeoverOutcome::Offline) {
-            // The session lives on the new owner now (sessions do not move between nodes yet:
-            // it starts there afresh), so its copy here ends.
+            // The session lives on the new owner now (with its subscriptions when it was handed
+            // over), so its copy here ends.
             let _held = broker.lock_client(&key).await;
             if me.holdings.forget_superseded(&key.id) {
                 if let Some(session) = broker.session(&key) {

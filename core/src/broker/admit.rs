@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Broker, TAKEOVER_WAIT};
 use crate::acl::Acl;
-use crate::cluster::registry::{self, ClaimError};
+use crate::cluster::registry::{self, ClaimError, Handover};
 use crate::model::{ClientInfo, Kick, SessionExpiry, SessionKey};
 use crate::session::Session;
 use crate::sync::lock;
@@ -105,8 +105,9 @@ impl Broker {
         let _held = self.lock_client(&request.key).await;
         let cluster = self.registry.get().filter(|_| registry::tracked(&request.key));
         let mut now = now;
+        let mut handover = Handover::default();
         if let Some(r) = cluster {
-            r.claim(&request.key).await?;
+            handover = r.claim(&request.key, !request.clean_start).await?;
             // The claim took a round trip or more; the session opens at the end of it.
             now = tokio::time::Instant::now().into_std().max(now);
         }
@@ -123,11 +124,16 @@ impl Broker {
             now = tokio::time::Instant::now().into_std().max(now);
         }
         let opened = self.open_session(&request.key, request.clean_start, request.expiry, now);
+        // The session moved here from another node: it continues with its subscriptions.
+        let present = opened.present || (handover.resumed && !request.clean_start);
+        if !opened.present && handover.resumed && !request.clean_start {
+            self.adopt_subscriptions(&opened.session, &request.acl, handover.subscriptions);
+        }
         let generation = self.next_generation();
         opened.session.attach_client(generation, request.acl, request.expiry, request.client.map(Arc::new));
         if cluster.is_some_and(|r| !r.still_owner(&request.key)) {
             opened.session.kick(Kick::TakenOver);
         }
-        Ok(Admitted { session: opened.session, present: opened.present, generation })
+        Ok(Admitted { session: opened.session, present, generation })
     }
 }

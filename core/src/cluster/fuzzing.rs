@@ -58,6 +58,12 @@ pub fn registry_messages(data: &[u8]) {
         assert_eq!(TakeoverRequest::decode(&q.encode()).ok(), Some(q));
     }
     if let Ok(a) = TakeoverReply::decode(data) {
+        for handed in &a.subscriptions {
+            if let Ok((filter, options)) = handed.parse() {
+                let again = super::registry::HandedSubscription::of(&filter, &options);
+                assert_eq!(again.parse().ok(), Some((filter, options)));
+            }
+        }
         assert_eq!(TakeoverReply::decode(&a.encode()).ok(), Some(a));
     }
 }

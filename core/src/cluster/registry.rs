@@ -14,13 +14,28 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::SessionKey;
+use crate::model::{QoS, RetainHandling, SessionKey, SubscribeOptions};
+use crate::topic::SubscriptionFilter;
 
-/// The longest record or takeover message a node reads, in bytes: records are a few dozen.
+/// The longest record or takeover request a node reads, in bytes: they are a few dozen.
 pub const MAX_MESSAGE_LEN: usize = 4096;
 
+/// The longest takeover reply, in bytes (it carries the session's subscriptions): half of
+/// NATS's default `max_payload`. A session whose subscriptions do not fit is not handed over.
+pub const MAX_REPLY_LEN: usize = 512 * 1024;
+
 /// What [`SessionRegistry::claim`] returns.
-pub type ClaimFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ClaimError>> + Send + 'a>>;
+pub type ClaimFuture<'a> = Pin<Box<dyn Future<Output = Result<Handover, ClaimError>> + Send + 'a>>;
+
+/// What the previous owner node handed over with the client id.
+#[derive(Debug, Default)]
+pub struct Handover {
+    /// Whether it had a persistent session of the client, which this node now continues
+    /// (CONNACK session present).
+    pub resumed: bool,
+    /// That session's subscriptions.
+    pub subscriptions: Vec<(SubscriptionFilter, SubscribeOptions)>,
+}
 
 /// The broker's seam to the cluster-wide session registry.
 ///
@@ -32,9 +47,10 @@ pub type ClaimFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ClaimError>> +
 /// [`released`](Self::released) when the key's session ends on this node.
 pub trait SessionRegistry: Send + Sync + fmt::Debug {
     /// Makes this node the owner of `key` cluster-wide and has the previous owner, if another
-    /// node, close its connection. Bounded in time: past the bound, or with the registry
-    /// unreachable, the claim fails and the client is refused.
-    fn claim<'a>(&'a self, key: &'a SessionKey) -> ClaimFuture<'a>;
+    /// node, close its connection; with `resume` (the client asked to continue its session),
+    /// that node hands its persistent session's subscriptions over. Bounded in time: past the
+    /// bound, or with the registry unreachable, the claim fails and the client is refused.
+    fn claim<'a>(&'a self, key: &'a SessionKey, resume: bool) -> ClaimFuture<'a>;
     /// Whether this node still owns `key` (no newer claim elsewhere since its last claim).
     fn still_owner(&self, key: &SessionKey) -> bool;
     /// The session of `key` ended on this node: its record goes (if it is still this node's).
@@ -59,15 +75,28 @@ pub enum ClaimError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegistryWireError {
-    /// Longer than [`MAX_MESSAGE_LEN`].
-    #[error("registry message of {0} bytes, more than the limit of {MAX_MESSAGE_LEN}")]
-    TooLong(usize),
+    /// Longer than [`MAX_MESSAGE_LEN`] ([`MAX_REPLY_LEN`] for a reply).
+    #[error("registry message of {len} bytes, more than the limit of {limit}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// Not the JSON object expected.
     #[error("registry message: {0}")]
     Json(#[from] serde_json::Error),
     /// The node name is not 1 to 64 ASCII letters, digits, `-` or `_`.
     #[error("registry message names node {0:?}, which is not a node name")]
     BadNode(String),
+    /// A handed-over subscription has a filter or option MQTT does not allow.
+    #[error("handed-over subscription {filter:?}: {why}")]
+    BadSubscription {
+        /// The filter (cut to 64 bytes).
+        filter: String,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 /// Whether `name` is a node name: 1 to 64 ASCII letters, digits, `-` or `_` (so one NATS
@@ -79,8 +108,12 @@ pub fn is_node_name(name: &str) -> bool {
 }
 
 fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, RegistryWireError> {
-    if bytes.len() > MAX_MESSAGE_LEN {
-        return Err(RegistryWireError::TooLong(bytes.len()));
+    parse_within(bytes, MAX_MESSAGE_LEN)
+}
+
+fn parse_within<'a, T: Deserialize<'a>>(bytes: &'a [u8], limit: usize) -> Result<T, RegistryWireError> {
+    if bytes.len() > limit {
+        return Err(RegistryWireError::TooLong { len: bytes.len(), limit });
     }
     Ok(serde_json::from_slice(bytes)?)
 }
@@ -126,6 +159,10 @@ pub struct TakeoverRequest {
     pub revision: u64,
     /// The new owner's node name.
     pub node: String,
+    /// The client asked to continue its session: hand a persistent session's subscriptions
+    /// over in the reply.
+    #[serde(default)]
+    pub resume: bool,
 }
 
 impl TakeoverRequest {
@@ -160,10 +197,16 @@ pub enum TakeoverOutcome {
 }
 
 /// The previous owner's answer to a [`TakeoverRequest`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TakeoverReply {
     /// What it did.
     pub outcome: TakeoverOutcome,
+    /// It had a persistent session of the client and hands it over (asked with `resume`).
+    #[serde(default)]
+    pub resumed: bool,
+    /// That session's subscriptions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subscriptions: Vec<HandedSubscription>,
 }
 
 impl TakeoverReply {
@@ -172,9 +215,68 @@ impl TakeoverReply {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Reads a reply.
+    /// Reads a reply (at most [`MAX_REPLY_LEN`] bytes).
     pub fn decode(bytes: &[u8]) -> Result<TakeoverReply, RegistryWireError> {
-        parse(bytes)
+        parse_within(bytes, MAX_REPLY_LEN)
+    }
+}
+
+/// One subscription of a handed-over session: the filter as the client sent it (`$share/...`
+/// included) and its options.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedSubscription {
+    /// The filter's text.
+    pub filter: String,
+    /// The granted QoS (0, 1 or 2).
+    pub qos: u8,
+    /// MQTT 5 no-local.
+    #[serde(default)]
+    pub no_local: bool,
+    /// MQTT 5 retain-as-published.
+    #[serde(default)]
+    pub retain_as_published: bool,
+    /// MQTT 5 retain handling (0, 1 or 2).
+    #[serde(default)]
+    pub retain_handling: u8,
+    /// MQTT 5 subscription identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscription_id: Option<u32>,
+}
+
+impl HandedSubscription {
+    /// The wire form of a session's subscription.
+    pub fn of(filter: &SubscriptionFilter, options: &SubscribeOptions) -> HandedSubscription {
+        HandedSubscription {
+            filter: filter.as_str().into_owned(),
+            qos: options.qos as u8,
+            no_local: options.no_local,
+            retain_as_published: options.retain_as_published,
+            retain_handling: options.retain_handling as u8,
+            subscription_id: options.subscription_id,
+        }
+    }
+
+    /// The subscription again, checked as a SUBSCRIBE would be.
+    pub fn parse(&self) -> Result<(SubscriptionFilter, SubscribeOptions), RegistryWireError> {
+        let bad = |why: String| RegistryWireError::BadSubscription {
+            filter: self.filter.chars().take(64).collect(),
+            why,
+        };
+        let filter = SubscriptionFilter::try_from(self.filter.as_str()).map_err(|e| bad(e.to_string()))?;
+        let qos = QoS::try_from(self.qos).map_err(|e| bad(e.to_string()))?;
+        let retain_handling =
+            RetainHandling::try_from(self.retain_handling).map_err(|e| bad(e.to_string()))?;
+        if self.subscription_id.is_some_and(|id| id == 0 || id > 268_435_455) {
+            return Err(bad("a subscription identifier is 1 to 268,435,455".to_owned()));
+        }
+        let options = SubscribeOptions {
+            qos,
+            no_local: self.no_local,
+            retain_as_published: self.retain_as_published,
+            retain_handling,
+            subscription_id: self.subscription_id,
+        };
+        Ok((filter, options))
     }
 }
 
@@ -197,17 +299,34 @@ mod tests {
     fn messages_round_trip() {
         let r = Record { node: "b".into(), instance: "00ff".into(), since_ms: 7 };
         assert_eq!(Record::decode(&r.encode()).unwrap(), r);
-        let q = TakeoverRequest { client_id: "é.x".into(), revision: 9, node: "a-1".into() };
+        let q = TakeoverRequest { client_id: "é.x".into(), revision: 9, node: "a-1".into(), resume: true };
         assert_eq!(TakeoverRequest::decode(&q.encode()).unwrap(), q);
+        let older = br#"{"client_id":"c","revision":1,"node":"a"}"#;
+        assert!(!TakeoverRequest::decode(older).unwrap().resume, "resume defaults to false");
         for outcome in [
             TakeoverOutcome::Closed,
             TakeoverOutcome::Offline,
             TakeoverOutcome::Unknown,
             TakeoverOutcome::Stale,
         ] {
-            let a = TakeoverReply { outcome };
+            let a = TakeoverReply { outcome, resumed: false, subscriptions: Vec::new() };
             assert_eq!(TakeoverReply::decode(&a.encode()).unwrap(), a);
         }
+        let filter = SubscriptionFilter::try_from("$share/g/a/+").unwrap();
+        let options = SubscribeOptions {
+            qos: QoS::ExactlyOnce,
+            no_local: true,
+            retain_as_published: true,
+            retain_handling: RetainHandling::DoNotSend,
+            subscription_id: Some(7),
+        };
+        let handed = HandedSubscription::of(&filter, &options);
+        let a =
+            TakeoverReply { outcome: TakeoverOutcome::Closed, resumed: true, subscriptions: vec![handed] };
+        let back = TakeoverReply::decode(&a.encode()).unwrap();
+        assert_eq!(back, a);
+        let (f, o) = back.subscriptions[0].parse().unwrap();
+        assert_eq!((&*f.as_str(), o), ("$share/g/a/+", options));
         let later = br#"{"node":"b","instance":"1","since_ms":1,"lease":3}"#;
         assert_eq!(Record::decode(later).unwrap().node, "b", "unknown fields are ignored");
     }
@@ -243,5 +362,18 @@ mod tests {
                 .to_string()
                 .contains("unknown variant")
         );
+        let subscriptions = [
+            (r#"{"filter":"a/#/b","qos":1}"#, "a/#/b"),
+            (r#"{"filter":"a","qos":3}"#, "\"a\""),
+            (r#"{"filter":"a","qos":1,"retain_handling":3}"#, "\"a\""),
+            (r#"{"filter":"a","qos":1,"subscription_id":0}"#, "subscription identifier"),
+        ];
+        for (json, expected) in subscriptions {
+            let handed: HandedSubscription = serde_json::from_str(json).unwrap();
+            let err = handed.parse().unwrap_err().to_string();
+            assert!(err.contains(expected), "{json}: {err}");
+        }
+        let huge = vec![b' '; MAX_REPLY_LEN + 1];
+        assert!(TakeoverReply::decode(&huge).unwrap_err().to_string().contains("more than the limit"));
     }
 }
