@@ -319,3 +319,51 @@ async fn a_persistent_session_resumed_on_another_node_keeps_its_subscriptions() 
     assert_eq!(fresh.subscription_count(), 0, "clean start: nothing handed over");
     assert_eq!(counter(&a, |s| &s.registry_sessions_handed), 1, "nothing asked of a");
 }
+
+/// A v5 CONNECT with clean start 0 and a session expiry of `expiry_s` seconds.
+fn persistent_v5(client_id: &str, expiry_s: u32) -> Vec<u8> {
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[5, 0x00, 0, 60, 5, 0x11]);
+    body.extend_from_slice(&expiry_s.to_be_bytes());
+    body.extend(mqtt_str(client_id));
+    packet(0x10, &body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_restored_from_storage_are_handed_over_and_their_records_released() {
+    let nats = NatsServer::start().await;
+    let b = node(&nats, "b", "").await;
+    let mut c = node(&nats, "c", "").await;
+    // Two persistent sessions on c: one for an hour with a subscription, one for a second.
+    let (mut long, _) = connect_persistent(c.addr, ProtocolVersion::V5, "restored").await;
+    long.send(&subscribe_packet(1, "rs/#", 1, true)).await;
+    assert!(matches!(long.recv().await, Some(Packet::SubAck(_))));
+    long.send(&packet(0xE0, &[])).await;
+    long.until_closed().await;
+    let mut short = Raw::open(c.addr, ProtocolVersion::V5).await;
+    short.send(&persistent_v5("brief", 1)).await;
+    assert!(matches!(short.recv().await, Some(Packet::ConnAck(a)) if a.reason_code == ReasonCode::Success));
+    short.send(&packet(0xE0, &[])).await;
+    short.until_closed().await;
+
+    // c restarts: both sessions come back from storage, never claimed by this run of c, and
+    // their records still name c.
+    c.stop().await;
+    let c = common::nats::restart(&nats, "c", c).await;
+    assert_eq!(c.broker().session_count(), 2);
+    assert_eq!(cluster(&c).registry_held(), 0);
+    assert_eq!(owner(&b, "restored").await.as_deref(), Some("c"));
+
+    // The short one expires on c: c deletes the record that named it.
+    eventually("the expired session's record to go", || async { owner(&b, "brief").await.is_none() }).await;
+    assert_eq!(counter(&c, |s| &s.registry_released), 1);
+
+    // The long one resumes on b: c hands it over with its subscription and ends its copy.
+    let (_on_b, present) = connect_persistent(b.addr, ProtocolVersion::V5, "restored").await;
+    assert!(present);
+    let key = SessionKey::mqtt("restored");
+    assert!(b.broker().session(&key).expect("on b").has_subscription("rs/#"));
+    eventually("c's copy to end", || async { c.broker().session(&key).is_none() }).await;
+    assert_eq!(counter(&c, |s| &s.registry_sessions_handed), 1);
+    assert_eq!(owner(&b, "restored").await.as_deref(), Some("b"));
+}

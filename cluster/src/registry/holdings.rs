@@ -39,6 +39,18 @@ pub(crate) enum Verdict {
     Superseded,
 }
 
+/// What to do with the record of a session that ended here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Delete it at this revision: this node owns it.
+    Delete(u64),
+    /// Nothing: a newer claim elsewhere holds it.
+    Nothing,
+    /// This node never claimed the id (a session restored from storage at start): the record
+    /// may still name this node from before the restart.
+    Unknown,
+}
+
 /// The table; cheap to share.
 #[derive(Debug, Default)]
 pub(crate) struct Holdings {
@@ -81,11 +93,18 @@ impl Holdings {
         lock(&self.held).get(id).is_none_or(|h| h.owned())
     }
 
-    /// The session of `id` ended here: forgets the id, and returns the revision to delete the
-    /// record at if this node still owns it.
-    pub(crate) fn release(&self, id: &str) -> Option<u64> {
-        let h = lock(&self.held).remove(id)?;
-        (h.owned() && h.revision > 0).then_some(h.revision)
+    /// The session of `id` ended here: forgets the id, and says what to do with its record.
+    pub(crate) fn release(&self, id: &str) -> Release {
+        match lock(&self.held).remove(id) {
+            None => Release::Unknown,
+            Some(h) if h.owned() && h.revision > 0 => Release::Delete(h.revision),
+            Some(_) => Release::Nothing,
+        }
+    }
+
+    /// Whether this node has no claim of `id` (none made, none in flight).
+    pub(crate) fn is_unknown(&self, id: &str) -> bool {
+        !lock(&self.held).contains_key(id)
     }
 
     /// Forgets `id` if a newer claim superseded this node's; returns whether it did.
@@ -118,8 +137,9 @@ mod tests {
         h.begin(&id("c"));
         assert!(h.claimed(&id("c"), 5));
         assert!(h.still_owner("c"));
-        assert_eq!(h.release("c"), Some(5));
-        assert_eq!(h.release("c"), None, "forgotten");
+        assert_eq!(h.release("c"), Release::Delete(5));
+        assert_eq!(h.release("c"), Release::Unknown, "forgotten");
+        assert!(h.is_unknown("c"));
         assert_eq!(h.len(), 0);
     }
 
@@ -132,7 +152,7 @@ mod tests {
         assert!(h.still_owner("c"));
         assert_eq!(h.supersede("c", 9), Verdict::Superseded);
         assert!(!h.still_owner("c"));
-        assert_eq!(h.release("c"), None, "a superseded claim deletes nothing");
+        assert_eq!(h.release("c"), Release::Nothing, "a superseded claim deletes nothing");
         assert_eq!(h.supersede("nobody", 9), Verdict::Unknown);
     }
 
@@ -149,7 +169,7 @@ mod tests {
         h.supersede("d", 6);
         assert!(h.claimed(&id("d"), 7));
         assert!(!h.forget_superseded("d"));
-        assert_eq!(h.release("d"), Some(7));
+        assert_eq!(h.release("d"), Release::Delete(7));
     }
 
     #[test]
@@ -165,6 +185,6 @@ mod tests {
         h.failed("c");
         assert!(!h.still_owner("c"), "an earlier claim stays as it was");
         assert!(h.claimed(&id("c"), 6), "this node claimed it back");
-        assert_eq!(h.release("c"), Some(6));
+        assert_eq!(h.release("c"), Release::Delete(6));
     }
 }

@@ -39,7 +39,7 @@ use mesgd_core::cluster::registry::{
 use mesgd_core::model::SessionKey;
 use tokio::task::JoinHandle;
 
-use self::holdings::Holdings;
+use self::holdings::{Holdings, Release};
 use crate::stats::ClusterStats;
 
 /// How many compare-and-swap rounds a claim tries before giving up (contention).
@@ -275,8 +275,23 @@ impl Registry {
             // Admitted again meanwhile: that admission holds the id now.
             return;
         }
-        let Some(revision) = me.holdings.release(&key.id) else { return };
         let Ok(kv_key) = client_key::encode(&key.id) else { return };
+        let revision = match me.holdings.release(&key.id) {
+            Release::Delete(revision) => revision,
+            Release::Nothing => return,
+            // Restored from storage at start, never claimed since: the record is this node's
+            // to delete only if it still names this node (the delete is at the revision read,
+            // so a claim in between wins).
+            Release::Unknown => match tokio::time::timeout(me.timeout, me.kv.entry(&kv_key)).await {
+                Ok(Ok(Some(e)))
+                    if e.operation == Operation::Put
+                        && Record::decode(&e.value).is_ok_and(|r| *r.node == *me.node) =>
+                {
+                    e.revision
+                }
+                _ => return,
+            },
+        };
         match tokio::time::timeout(me.timeout, me.kv.delete_expect_revision(&kv_key, Some(revision))).await {
             Ok(Ok(())) => ClusterStats::add(&me.stats.registry_released, 1),
             Ok(Err(e)) if e.kind() == UpdateErrorKind::WrongLastRevision => {

@@ -56,13 +56,17 @@ impl Registry {
         let Some(broker) = me.broker.upgrade() else { return };
         let key = SessionKey::mqtt(request.client_id.as_str());
         let mut handed = None;
-        let outcome = match me.holdings.supersede(&request.client_id, request.revision) {
-            Verdict::Unknown => TakeoverOutcome::Unknown,
+        let verdict = me.holdings.supersede(&request.client_id, request.revision);
+        // No claim here but a session: one restored from storage at start, whose record
+        // named this node from before the restart. It goes to the new owner as well.
+        let restored = verdict == Verdict::Unknown && broker.session(&key).is_some();
+        let outcome = match verdict {
+            Verdict::Unknown if !restored => TakeoverOutcome::Unknown,
             Verdict::Stale => {
                 ClusterStats::add(&me.stats.registry_stale_requests, 1);
                 TakeoverOutcome::Stale
             }
-            Verdict::Superseded => {
+            Verdict::Unknown | Verdict::Superseded => {
                 ClusterStats::add(&me.stats.registry_taken_over, 1);
                 tracing::info!(client_id = %key.id, by = request.node, "cluster: client taken over by another node");
                 let outcome = match broker.session(&key) {
@@ -110,7 +114,13 @@ impl Registry {
             // The session lives on the new owner now (with its subscriptions when it was handed
             // over), so its copy here ends.
             let _held = broker.lock_client(&key).await;
-            if me.holdings.forget_superseded(&key.id) {
+            // Unless this node claimed the id again meanwhile.
+            let gone = if restored {
+                me.holdings.is_unknown(&key.id)
+            } else {
+                me.holdings.forget_superseded(&key.id)
+            };
+            if gone {
                 if let Some(session) = broker.session(&key) {
                     // A connection attached after the request came was kicked by the broker
                     // (`still_owner`); let it close before the session ends.
