@@ -49,6 +49,17 @@ pub struct ClusterConfig {
     /// before the listeners open, in milliseconds.
     #[serde(default = "default_retained_load_timeout_ms")]
     pub retained_load_timeout_ms: u64,
+    /// The JetStream KV bucket of the session registry (which node owns each client id).
+    #[serde(default = "default_registry_bucket")]
+    pub registry_bucket: String,
+    /// Its replica count when this node creates it (1, or 3 on a three-server NATS cluster).
+    #[serde(default = "default_replicas")]
+    pub registry_replicas: usize,
+    /// How long a CONNECT may wait for the registry, in milliseconds: claiming the client id,
+    /// and separately the previous owner's answer. Past the first, the client is refused with
+    /// Server unavailable; past the second, the claim stands and the connect proceeds.
+    #[serde(default = "default_registry_timeout_ms")]
+    pub registry_timeout_ms: u64,
 }
 
 /// `[cluster.tls]`: TLS towards the NATS servers.
@@ -87,6 +98,12 @@ fn default_connect_timeout_ms() -> u64 {
 fn default_retained_load_timeout_ms() -> u64 {
     10_000
 }
+fn default_registry_bucket() -> String {
+    "mesgd_sessions".to_owned()
+}
+fn default_registry_timeout_ms() -> u64 {
+    2000
+}
 fn default_true() -> bool {
     true
 }
@@ -106,6 +123,9 @@ impl fmt::Debug for ClusterConfig {
             .field("retained_replicas", &self.retained_replicas)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
+            .field("registry_bucket", &self.registry_bucket)
+            .field("registry_replicas", &self.registry_replicas)
+            .field("registry_timeout_ms", &self.registry_timeout_ms)
             .finish()
     }
 }
@@ -130,7 +150,8 @@ pub enum ClusterConfigError {
     /// `[cluster.tls]` has `cert_file` without `key_file` or the other way round.
     #[error("[cluster.tls] cert_file and key_file go together")]
     CertWithoutKey,
-    /// `queue_capacity` or `retained_replicas` is 0, or a stream name NATS refuses.
+    /// `queue_capacity`, `registry_timeout_ms` or a replica count out of range, or a stream or
+    /// bucket name NATS refuses.
     #[error("[cluster] {key} = {value:?} is out of range: {why}")]
     OutOfRange {
         /// The key.
@@ -184,6 +205,31 @@ impl ClusterConfig {
                 why: "1 to 5",
             });
         }
+        if !(1..=5).contains(&self.registry_replicas) {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "registry_replicas",
+                value: self.registry_replicas.to_string(),
+                why: "1 to 5",
+            });
+        }
+        if self.registry_timeout_ms == 0 {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "registry_timeout_ms",
+                value: "0".into(),
+                why: "at least 1",
+            });
+        }
+        let b = &self.registry_bucket;
+        if b.is_empty()
+            || b.len() > 64
+            || !b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "registry_bucket",
+                value: b.clone(),
+                why: "1 to 64 ASCII letters, digits, '-' or '_'",
+            });
+        }
         let s = &self.retained_stream;
         if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
             return Err(ClusterConfigError::OutOfRange {
@@ -228,6 +274,10 @@ mod tests {
         let c = parse("node = \"a\"").unwrap();
         assert_eq!(c.nats, ["nats://127.0.0.1:4222"]);
         assert_eq!(c.queue_capacity, 8192);
+        assert_eq!(
+            (c.registry_bucket.as_str(), c.registry_replicas, c.registry_timeout_ms),
+            ("mesgd_sessions", 1, 2000)
+        );
         let c = parse(
             "node = \"n-1\"\nnats = [\"tls://x:4222\"]\nuser = \"u\"\npassword = \"hunter2\"\n\
              [tls]\nca_file = \"ca.pem\"\n",
@@ -251,6 +301,10 @@ mod tests {
             ("node = \"a\"\nqueue_capacity = 0", "queue_capacity"),
             ("node = \"a\"\nretained_replicas = 7", "retained_replicas"),
             ("node = \"a\"\nretained_stream = \"a.b\"", "retained_stream"),
+            ("node = \"a\"\nregistry_bucket = \"a.b\"", "registry_bucket"),
+            ("node = \"a\"\nregistry_bucket = \"\"", "registry_bucket"),
+            ("node = \"a\"\nregistry_replicas = 0", "registry_replicas"),
+            ("node = \"a\"\nregistry_timeout_ms = 0", "registry_timeout_ms"),
             ("node = \"a\"\nnat = []", "unknown field `nat`"),
         ];
         for (text, expected) in cases {

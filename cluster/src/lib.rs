@@ -7,6 +7,9 @@
 //! - the [`Forward`](mesgd_core::broker::Forward) seam: every message published on this node is,
 //!   after local delivery, queued for NATS (`live`), and a retained one for the retained stream
 //!   (`retained`);
+//! - the [`SessionRegistry`](mesgd_core::cluster::registry::SessionRegistry) seam: an MQTT
+//!   CONNECT claims its client id cluster-wide, and the previous owner node closes its
+//!   connection (`registry`);
 //! - the router's [`Interest`](mesgd_core::cluster::Interest) seam: the filters this node has
 //!   subscribers for become NATS subscriptions (`interest`), and what they bring is routed
 //!   through the local router once (`live`); each shared group with a member here becomes a
@@ -22,21 +25,28 @@
 //! - `interest`: the subjects this node wants, counted per filter.
 //! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
 //! - `retained`: the retained stream, storing into it and following it.
+//! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
+//!   and the takeover requests between nodes.
 //! - `wire`: message headers.
 //! - `stats`: the counters `/metrics` exposes.
 
 mod config;
 mod interest;
 mod live;
+mod registry;
 mod retained;
 mod stats;
 mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::{ConnectOptions, Event};
+use futures_util::StreamExt;
 use mesgd_core::broker::Broker;
+use mesgd_core::cluster::client_key;
+pub use mesgd_core::cluster::registry::Record;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -70,6 +80,10 @@ pub enum StartError {
     /// The retained stream cannot be created or followed (JetStream off on the server?).
     #[error("JetStream retained stream: {0}")]
     Stream(String),
+    /// The session registry's KV bucket cannot be created or opened, or the takeover subject
+    /// not subscribed.
+    #[error("JetStream session registry: {0}")]
+    Registry(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -82,6 +96,9 @@ pub struct Cluster {
     synced: watch::Receiver<u64>,
     groups_synced: watch::Receiver<u64>,
     retained_applied: watch::Receiver<u64>,
+    registry: registry::Registry,
+    registry_kv: async_nats::jetstream::kv::Store,
+    registry_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -96,6 +113,15 @@ impl Cluster {
         let js = async_nats::jetstream::new(client.clone());
         let stream = retained::stream(&js, &config.retained_stream, config.retained_replicas).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
+        let registry_kv = registry::bucket(&js, &config.registry_bucket, config.registry_replicas).await?;
+        let registry = registry::Registry::new(
+            registry_kv.clone(),
+            client.clone(),
+            &me,
+            broker,
+            stats.clone(),
+            Duration::from_millis(config.registry_timeout_ms),
+        );
 
         let (applied_tx, retained_applied) = watch::channel(0);
         let loaded = retained::follow(&stream, broker, &stats, &Arc::new(applied_tx)).await?;
@@ -132,6 +158,7 @@ impl Cluster {
             capacity,
             synced: groups_synced_tx,
         };
+        let registry_task = registry.serve().await?;
         let tasks = vec![
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
@@ -140,6 +167,7 @@ impl Cluster {
         ];
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);
+        broker.set_session_registry(Arc::new(registry.clone()));
         broker.set_forward(Arc::new(live::Forwarder {
             live: live_tx,
             retained: retained_tx,
@@ -154,6 +182,9 @@ impl Cluster {
             synced,
             groups_synced,
             retained_applied,
+            registry,
+            registry_kv,
+            registry_task: std::sync::Mutex::new(Some(registry_task)),
             tasks: std::sync::Mutex::new(tasks),
         })
     }
@@ -178,14 +209,54 @@ impl Cluster {
         self.retained_applied.clone()
     }
 
+    /// How many MQTT client ids this node holds in the session registry (or is claiming).
+    pub fn registry_held(&self) -> usize {
+        self.registry.held()
+    }
+
+    /// The session registry's record of `client_id` and its revision, read from the bucket.
+    pub async fn registry_record(&self, client_id: &str) -> Result<Option<(Record, u64)>, String> {
+        let key = client_key::encode(client_id).map_err(|e| e.to_string())?;
+        match self.registry_kv.entry(key).await.map_err(|e| e.to_string())? {
+            Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
+                Ok(Some((Record::decode(&e.value).map_err(|e| e.to_string())?, e.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Every record in the session registry, by client id: one read of the whole bucket, for
+    /// operators and tests (it costs a pass over every key).
+    pub async fn registry_records(&self) -> Result<BTreeMap<String, Record>, String> {
+        let mut keys = self.registry_kv.keys().await.map_err(|e| e.to_string())?;
+        let mut ids = Vec::new();
+        while let Some(key) = keys.next().await {
+            ids.push(client_key::decode(&key.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?);
+        }
+        let mut records = BTreeMap::new();
+        for id in ids {
+            if let Some((record, _)) = self.registry_record(&id).await? {
+                records.insert(id, record);
+            }
+        }
+        Ok(records)
+    }
+
     /// Flushes what was sent to NATS (bounded) and stops the tasks: from then on the node
     /// neither sends nor receives cluster traffic.
     pub async fn shutdown(&self) {
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.group_client.flush()).await;
+        // The takeover subject first, explicitly: the flush below then makes the server
+        // forget it before this returns, so other nodes' requests find no responder at once.
+        self.registry.stop_serving();
+        let serving = mesgd_core::sync::lock(&self.registry_task).take();
+        if let Some(task) = serving {
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
         for t in mesgd_core::sync::lock(&self.tasks).drain(..) {
             t.abort();
         }
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.group_client.flush()).await;
     }
 }
 

@@ -46,6 +46,36 @@ pub struct ClusterStats {
     pub slow_consumers: AtomicU64,
     /// Times the NATS connection was lost.
     pub disconnects: AtomicU64,
+    /// Client ids this node claimed in the session registry.
+    pub registry_claims: AtomicU64,
+    /// Compare-and-swap conflicts while claiming (another node wrote the record meanwhile).
+    pub registry_conflicts: AtomicU64,
+    /// Claims that failed (NATS unreachable, timed out): the client was refused.
+    pub registry_unavailable: AtomicU64,
+    /// Records that could not be read (overwritten by the claim).
+    pub registry_unreadable: AtomicU64,
+    /// Takeover requests sent to a previous owner node.
+    pub registry_takeovers_sent: AtomicU64,
+    /// Takeover requests nobody answered at once: the previous owner is gone.
+    pub registry_owner_gone: AtomicU64,
+    /// Takeover requests that failed or got no answer in time (the claim stands).
+    pub registry_takeover_timeouts: AtomicU64,
+    /// Clients of this node another node took over.
+    pub registry_taken_over: AtomicU64,
+    /// Takeover requests ignored because this node's claim is newer.
+    pub registry_stale_requests: AtomicU64,
+    /// Records deleted when a session ended here.
+    pub registry_released: AtomicU64,
+    /// Deletes refused because a newer owner holds the record (this node was fenced).
+    pub registry_fenced: AtomicU64,
+    /// Deletes that failed or timed out (the record stays, naming this node).
+    pub registry_release_errors: AtomicU64,
+    /// Persistent sessions this node handed over to the client's new node.
+    pub registry_sessions_handed: AtomicU64,
+    /// Persistent sessions another node handed over to this one.
+    pub registry_sessions_received: AtomicU64,
+    /// Sessions not handed over: their subscriptions did not fit in a reply.
+    pub registry_handover_too_large: AtomicU64,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -140,6 +170,96 @@ impl ClusterStats {
             ),
             ("slow_consumers", "NATS slow-consumer events", Counter, get(&self.slow_consumers)),
             ("disconnects", "Times the NATS connection was lost", Counter, get(&self.disconnects)),
+            (
+                "registry_claims",
+                "Client ids claimed in the session registry",
+                Counter,
+                get(&self.registry_claims),
+            ),
+            (
+                "registry_conflicts",
+                "Compare-and-swap conflicts while claiming a client id",
+                Counter,
+                get(&self.registry_conflicts),
+            ),
+            (
+                "registry_unavailable",
+                "Connects refused: the session registry was unavailable",
+                Counter,
+                get(&self.registry_unavailable),
+            ),
+            (
+                "registry_unreadable",
+                "Unreadable session registry records",
+                Counter,
+                get(&self.registry_unreadable),
+            ),
+            (
+                "registry_takeovers_sent",
+                "Takeover requests sent to a client's previous node",
+                Counter,
+                get(&self.registry_takeovers_sent),
+            ),
+            (
+                "registry_owner_gone",
+                "Takeover requests with no responder: the previous node is gone",
+                Counter,
+                get(&self.registry_owner_gone),
+            ),
+            (
+                "registry_takeover_timeouts",
+                "Takeover requests that failed or were not answered in time",
+                Counter,
+                get(&self.registry_takeover_timeouts),
+            ),
+            (
+                "registry_taken_over",
+                "Clients of this node taken over by another",
+                Counter,
+                get(&self.registry_taken_over),
+            ),
+            (
+                "registry_stale_requests",
+                "Takeover requests ignored: this node's claim is newer",
+                Counter,
+                get(&self.registry_stale_requests),
+            ),
+            (
+                "registry_released",
+                "Registry records deleted as sessions ended",
+                Counter,
+                get(&self.registry_released),
+            ),
+            (
+                "registry_fenced",
+                "Registry deletes refused: a newer owner holds the record",
+                Counter,
+                get(&self.registry_fenced),
+            ),
+            (
+                "registry_release_errors",
+                "Registry deletes that failed or timed out",
+                Counter,
+                get(&self.registry_release_errors),
+            ),
+            (
+                "registry_sessions_handed",
+                "Persistent sessions handed over to another node",
+                Counter,
+                get(&self.registry_sessions_handed),
+            ),
+            (
+                "registry_sessions_received",
+                "Persistent sessions handed over by another node",
+                Counter,
+                get(&self.registry_sessions_received),
+            ),
+            (
+                "registry_handover_too_large",
+                "Sessions not handed over: too many subscriptions for a reply",
+                Counter,
+                get(&self.registry_handover_too_large),
+            ),
         ]
     }
 }

@@ -45,3 +45,8 @@ fn websocket_frames_corpus() {
 fn cluster_subject_corpus() {
     replay("cluster_subject", crate::cluster::fuzzing::subject_mapping);
 }
+
+#[test]
+fn cluster_registry_corpus() {
+    replay("cluster_registry", crate::cluster::fuzzing::registry_messages);
+}

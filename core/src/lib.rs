@@ -36,7 +36,8 @@
 //! - [`histogram`]: the lock-free fixed-bucket latency histogram (authentication, journal
 //!   commits) that the metrics exporter reads.
 //! - [`cluster`]: the sans-I/O parts of a cluster over NATS — the topic → subject mapping, the
-//!   duplicate filter for overlapping subscriptions, and the router's [`cluster::Interest`] seam.
+//!   duplicate filter for overlapping subscriptions, the router's [`cluster::Interest`] seam,
+//!   and the session registry's seam and formats ([`cluster::registry`], [`cluster::client_key`]).
 //! - [`relay`]: the sans-I/O JSON relay — framing, the message catalogue, address rules and key
 //!   proof, and the relay's own state (offline queues, rooms, pipes, matchmaking, rate limits).
 //! - [`websocket`]: the server side of WebSocket framing (RFC 6455) — a decoder that holds no

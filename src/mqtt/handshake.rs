@@ -9,7 +9,8 @@ use bytes::BytesMut;
 use mesgd_core::acl::Acl;
 use mesgd_core::auth::{ConnectInfo, DenyReason, Protocol, Secret, TlsInfo, Verdict};
 use mesgd_core::broker::Stats;
-use mesgd_core::broker::{Admission, OnConflict};
+use mesgd_core::broker::{Admission, AdmitError, OnConflict};
+use mesgd_core::cluster::registry::ClaimError;
 use mesgd_core::model::{ClientInfo, Message, MessageProperties, Origin, SessionExpiry, SessionKey, Will};
 use mesgd_core::mqtt::{
     self, ConnAck, ConnAckProperties, Connect, DecodeError, Packet, ProtocolVersion, QoS, ReasonCode,
@@ -276,6 +277,10 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
     };
     let admitted = match ctx.broker.admit(admission, crate::clock::now()).await {
         Ok(admitted) => admitted,
+        Err(e @ AdmitError::Registry(ClaimError::IdTooLong)) => {
+            refuse!(ReasonCode::ClientIdentifierNotValid, "{e}")
+        }
+        // In a cluster, also the session registry out of reach: fail closed (0x88, 3.x 0x03).
         Err(e) => refuse!(ReasonCode::ServerUnavailable, "{e}"),
     };
     let will = will.map(|(message, expiry_interval, delay)| Will {

@@ -86,3 +86,19 @@ pub async fn retained_until(server: &TestServer, what: &str, done: impl Fn(&Test
     })
     .await;
 }
+
+/// Starts node `node` again on the storage directory of `stopped` (stopped with
+/// [`TestServer::stop`]), so that its persistent sessions are restored from storage.
+pub async fn restart(nats: &NatsServer, node: &str, stopped: TestServer) -> TestServer {
+    assert!(stopped.server.is_none(), "stop the node first");
+    let text = format!(
+        "[storage]\ndir = {:?}\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n\
+         [auth]\nallow_anonymous = true\n[mqtt]\nsys_interval = 0\n[cluster]\nnode = {node:?}\nnats = [{:?}]\n",
+        stopped.dir.path().display().to_string(),
+        nats.url
+    );
+    let config = mesgd::config::Config::from_toml(&text, None).expect("test config");
+    let server = mesgd::Server::start(config).await.expect("server restarts");
+    let addr = server.local_addr("mqtt").expect("listener");
+    TestServer { server: Some(server), addr, dir: stopped.dir }
+}

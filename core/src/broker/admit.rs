@@ -9,6 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Broker, TAKEOVER_WAIT};
 use crate::acl::Acl;
+use crate::cluster::registry::{self, ClaimError, Handover};
 use crate::model::{ClientInfo, Kick, SessionExpiry, SessionKey};
 use crate::session::Session;
 use crate::sync::lock;
@@ -59,6 +60,9 @@ pub enum AdmitError {
     /// The key is held by a live connection and the request said [`OnConflict::Refuse`].
     #[error("the session key is in use by a live connection")]
     InUse,
+    /// The cluster-wide session registry could not make this node the key's owner.
+    #[error(transparent)]
+    Registry(#[from] ClaimError),
 }
 
 /// Serialises connects of one key (takeover, session open) across connections.
@@ -92,9 +96,21 @@ impl Broker {
     /// Admits a client: with the key's connect lock held, closes (or refuses, as the request
     /// says) a live connection of the same key and waits, at most [`TAKEOVER_WAIT`], for it to
     /// let go; then resumes or opens the session and attaches the new connection with its ACL.
+    ///
+    /// In a cluster, an MQTT client id is first claimed cluster-wide (the previous owner node
+    /// closes its connection); a failed claim refuses the client
+    /// ([`AdmitError::Registry`]), and a newer claim elsewhere that came while the connection
+    /// attached closes it again as taken over.
     pub async fn admit(&self, request: Admission, now: Instant) -> Result<Admitted, AdmitError> {
         let _held = self.lock_client(&request.key).await;
+        let cluster = self.registry.get().filter(|_| registry::tracked(&request.key));
         let mut now = now;
+        let mut handover = Handover::default();
+        if let Some(r) = cluster {
+            handover = r.claim(&request.key, !request.clean_start).await?;
+            // The claim took a round trip or more; the session opens at the end of it.
+            now = tokio::time::Instant::now().into_std().max(now);
+        }
         if let Some(old) = self.session(&request.key).filter(|s| s.is_online()) {
             if request.on_conflict == OnConflict::Refuse {
                 return Err(AdmitError::InUse);
@@ -108,8 +124,16 @@ impl Broker {
             now = tokio::time::Instant::now().into_std().max(now);
         }
         let opened = self.open_session(&request.key, request.clean_start, request.expiry, now);
+        // The session moved here from another node: it continues with its subscriptions.
+        let present = opened.present || (handover.resumed && !request.clean_start);
+        if !opened.present && handover.resumed && !request.clean_start {
+            self.adopt_subscriptions(&opened.session, &request.acl, handover.subscriptions);
+        }
         let generation = self.next_generation();
         opened.session.attach_client(generation, request.acl, request.expiry, request.client.map(Arc::new));
-        Ok(Admitted { session: opened.session, present: opened.present, generation })
+        if cluster.is_some_and(|r| !r.still_owner(&request.key)) {
+            opened.session.kick(Kick::TakenOver);
+        }
+        Ok(Admitted { session: opened.session, present, generation })
     }
 }

@@ -48,6 +48,7 @@ pub use self::restore::RestoredSession;
 pub use self::stats::{DropReason, Stats, TRAFFIC_PROTOCOLS, Traffic};
 pub use self::subscribe::SubscribeRefused;
 use self::timers::Timers;
+use crate::cluster::registry::{self, SessionRegistry};
 use crate::journal::{Change, Journal};
 use crate::model::{Delivery, SessionExpiry, SessionId, SessionKey, Will};
 use crate::retained::RetainedStore;
@@ -87,6 +88,7 @@ pub struct Broker {
     next_generation: AtomicU64,
     journal: OnceLock<Arc<dyn Journal>>,
     forward: OnceLock<Arc<dyn Forward>>,
+    registry: OnceLock<Arc<dyn SessionRegistry>>,
     /// The monotonic and the wall clock at one instant: wall times are derived from `now`.
     epoch: (Instant, SystemTime),
 }
@@ -107,6 +109,7 @@ impl Broker {
             next_generation: AtomicU64::new(1),
             journal: OnceLock::new(),
             forward: OnceLock::new(),
+            registry: OnceLock::new(),
             epoch: (now, wall),
         }
     }
@@ -227,7 +230,8 @@ impl Broker {
                 self.journal_resumed(&old, expiry);
                 return OpenedSession { session: old, present: true };
             }
-            self.end_session(&old);
+            // Replaced by a new session of the same key: the key stays this node's.
+            self.finish_session(&old);
         }
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
         let session = Arc::new(Session::new(id, key.clone(), expiry, self.limits.queue));
@@ -320,8 +324,27 @@ impl Broker {
     }
 
     /// Ends a session: it stops receiving, its subscriptions are removed, its shared messages go
-    /// to other members, and it leaves the registry.
+    /// to other members, and it leaves the registry (and, in a cluster, the cluster-wide
+    /// session registry, if the key is still this node's there).
     pub fn end_session(&self, session: &Arc<Session>) {
+        self.finish_session(session);
+        if let Some(r) = self.registry.get().filter(|_| registry::tracked(session.key())) {
+            r.released(session.key());
+        }
+    }
+
+    /// The cluster-wide session registry, once the cluster layer installed it.
+    pub fn session_registry(&self) -> Option<&Arc<dyn SessionRegistry>> {
+        self.registry.get()
+    }
+
+    /// Installs the cluster-wide session registry (once): from then on every MQTT admission
+    /// claims its client id there first.
+    pub fn set_session_registry(&self, registry: Arc<dyn SessionRegistry>) {
+        let _ = self.registry.set(registry);
+    }
+
+    fn finish_session(&self, session: &Arc<Session>) {
         session.record(|client_id| Change::SessionEnded { client_id: client_id.clone() });
         for (_, record) in session.subscriptions() {
             self.router.unsubscribe(session.id(), &record.filter);

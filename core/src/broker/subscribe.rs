@@ -79,6 +79,32 @@ impl Broker {
         existed
     }
 
+    /// Gives `session` the subscriptions another node handed over with it (see
+    /// [`Handover`](crate::cluster::registry::Handover)): each checked against the new
+    /// connection's ACL as a SUBSCRIBE would be (refused ones are dropped and counted), and
+    /// without a retained replay, as for any resumed session.
+    pub fn adopt_subscriptions(
+        &self,
+        session: &Arc<Session>,
+        acl: &Acl,
+        subscriptions: Vec<(SubscriptionFilter, SubscribeOptions)>,
+    ) {
+        for (filter, options) in subscriptions {
+            if !acl.allows_subscribe(filter.filter()) {
+                Stats::add(&self.stats.subscribes_denied, 1);
+                continue;
+            }
+            self.router.subscribe(session, &filter, options);
+            let text: Arc<str> = Arc::from(filter.as_str());
+            session.record(|client_id| Change::Subscribed {
+                client_id: client_id.clone(),
+                filter: text.clone(),
+                options,
+            });
+            session.add_subscription(text, SubscriptionRecord { filter, options });
+        }
+    }
+
     /// Removes a subscription by its text (as the client sent it). Returns whether it existed.
     pub fn unsubscribe(&self, session: &Session, text: &str) -> bool {
         match session.remove_subscription(text) {

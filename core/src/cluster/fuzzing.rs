@@ -1,4 +1,4 @@
-//! The body of the `cluster_subject` fuzz target (`fuzz/fuzz_targets/cluster_subject.rs`),
+//! The bodies of the `cluster_subject` and `cluster_registry` fuzz targets (`fuzz/fuzz_targets/`),
 //! kept here so that a unit test replays the committed seed corpus on a stable compiler. It
 //! panics when it finds a bug and returns normally on any input otherwise.
 
@@ -33,5 +33,37 @@ pub fn subject_mapping(data: &[u8]) {
             let nats = subjects.iter().any(|s| nats_matches(s, &subject));
             assert_eq!(nats, filter.matches(topic), "{filter:?} on {topic:?} via {subjects:?}");
         }
+    }
+}
+
+/// The body of the `cluster_registry` fuzz target (`fuzz/fuzz_targets/cluster_registry.rs`):
+/// the input is read as a KV key (whatever decodes must be the canonical key of its client id),
+/// as a client id (whose key must decode back to it), and as each registry message (which
+/// must not panic, and whatever is read must read back the same after encoding).
+pub fn registry_messages(data: &[u8]) {
+    use super::client_key;
+    use super::registry::{Record, TakeoverReply, TakeoverRequest};
+
+    let text = String::from_utf8_lossy(data);
+    if let Ok(id) = client_key::decode(&text) {
+        assert_eq!(client_key::encode(&id).as_deref(), Ok(&*text), "key {text:?} is not canonical");
+    }
+    if let Ok(key) = client_key::encode(&text) {
+        assert_eq!(client_key::decode(&key).as_deref(), Ok(&*text), "{text:?} via {key:?}");
+    }
+    if let Ok(r) = Record::decode(data) {
+        assert_eq!(Record::decode(&r.encode()).ok(), Some(r));
+    }
+    if let Ok(q) = TakeoverRequest::decode(data) {
+        assert_eq!(TakeoverRequest::decode(&q.encode()).ok(), Some(q));
+    }
+    if let Ok(a) = TakeoverReply::decode(data) {
+        for handed in &a.subscriptions {
+            if let Ok((filter, options)) = handed.parse() {
+                let again = super::registry::HandedSubscription::of(&filter, &options);
+                assert_eq!(again.parse().ok(), Some((filter, options)));
+            }
+        }
+        assert_eq!(TakeoverReply::decode(&a.encode()).ok(), Some(a));
     }
 }

@@ -1,6 +1,7 @@
 //! The sans-I/O parts of running mesgd nodes as one broker over NATS: the topic → subject
-//! mapping, the duplicate filter for messages that arrive on overlapping subscriptions, and
-//! the seam through which the router reports which filters this node has subscribers for.
+//! mapping, the duplicate filter for messages that arrive on overlapping subscriptions, the
+//! seam through which the router reports which filters this node has subscribers for, and the
+//! session registry's seam and formats.
 //!
 //! The I/O (the NATS connection, JetStream) is the `mesgd-cluster` crate; without `[cluster]`
 //! none of it is installed and the broker behaves as a single node.
@@ -9,9 +10,13 @@
 //!
 //! - [`subject`]: the escaping topic / filter → NATS subject mapping and its inverse.
 //! - [`dedupe`]: delivering a message that arrived on several NATS subscriptions once.
+//! - [`client_key`]: the injective client id → NATS KV key escaping.
+//! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
 //! - this file: the [`Interest`] seam of the router.
 
+pub mod client_key;
 pub mod dedupe;
+pub mod registry;
 pub mod subject;
 #[cfg(test)]
 mod subject_tests;
