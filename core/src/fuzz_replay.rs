@@ -50,3 +50,30 @@ fn cluster_subject_corpus() {
 fn cluster_registry_corpus() {
     replay("cluster_registry", crate::cluster::fuzzing::registry_messages);
 }
+
+/// Every fuzz target's seed corpus is tracked: `fuzz/.gitignore` ignores the corpora libFuzzer
+/// grows and lists the committed ones, so a target added without its line would have seeds
+/// here and none in a fresh checkout (where its replay test then fails). This checks the list
+/// against `fuzz/fuzz_targets/` and the seeds against git's index.
+#[test]
+fn every_fuzz_target_has_a_tracked_seed_corpus() {
+    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let ignore = std::fs::read_to_string(fuzz.join(".gitignore")).unwrap();
+    let tracked: Vec<&str> =
+        ignore.lines().filter_map(|l| l.strip_prefix("!corpus/")?.strip_suffix('/')).collect();
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(fuzz.join("fuzz_targets")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if let Some(target) = name.strip_suffix(".rs") {
+            targets.push(target.to_string());
+        }
+    }
+    assert!(targets.len() >= 17, "only {} fuzz targets found", targets.len());
+    for target in &targets {
+        assert!(
+            tracked.contains(&target.as_str()),
+            "fuzz/.gitignore lacks `!corpus/{target}/`: its seed corpus would not be committed"
+        );
+        assert!(fuzz.join("corpus").join(target).is_dir(), "no seed corpus for fuzz target {target}");
+    }
+}
