@@ -434,6 +434,8 @@ fn count(stats: &mut RouteStats, outcome: Enqueued) {
         }
         Enqueued::Filtered => stats.filtered += 1,
         Enqueued::Dropped => stats.dropped += 1,
+        // Counted by the budget itself, under its own reason.
+        Enqueued::OverBudget => {}
     }
 }
 
@@ -555,7 +557,12 @@ mod tests {
             SessionId(id),
             SessionKey::mqtt(format!("c{id}")),
             SessionExpiry::Never,
-            QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: true },
+            QueueLimits {
+                max_messages: 100,
+                max_bytes: 1 << 20,
+                queue_qos0_offline: true,
+                max_inflight_bytes: usize::MAX,
+            },
         );
         s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
         Arc::new(s)

@@ -9,11 +9,14 @@
 //!
 //! # Layout
 //!
+//! - [`budget`]: the `[limits]` keys of the broker-wide budget for queued messages, and what
+//!   the MQTT front end does with it (back-pressure on publishers).
 //! - [`exempt`]: [`Exempt`], the `limits.exempt` networks (trusted proxies, health checks).
 //! - [`per_ip`]: [`PerIpConnections`], open connections per source address.
 //! - [`counters`]: [`LimitCounters`], one counter per limit, and its [`LimitCounts`] snapshot.
 //! - [`log_once`]: [`LogOnce`], the once-per-interval log gate.
 
+pub mod budget;
 pub mod counters;
 pub mod exempt;
 pub mod log_once;
@@ -42,6 +45,8 @@ pub struct LimitLogs {
     pub topic_length: LogOnce,
     /// `limits.connect_timeout_ms`.
     pub handshake_timeouts: LogOnce,
+    /// `limits.max_queued_bytes_total`: publishers paused, deliveries dropped.
+    pub queue_budget: LogOnce,
 }
 
 impl Default for LimitLogs {
@@ -52,6 +57,7 @@ impl Default for LimitLogs {
             subscriptions: LogOnce::new(LOG_INTERVAL),
             topic_length: LogOnce::new(LOG_INTERVAL),
             handshake_timeouts: LogOnce::new(LOG_INTERVAL),
+            queue_budget: LogOnce::new(LOG_INTERVAL),
         }
     }
 }
