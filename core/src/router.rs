@@ -93,6 +93,9 @@ pub struct RouteStats {
     pub filtered: usize,
     /// Sessions whose queue limits dropped it (or dropped an older message for it).
     pub dropped: usize,
+    /// Sessions that dropped it because the broker-wide queue budget was used up (counted by
+    /// the budget, [`crate::session::QueueBudget::dropped`]).
+    pub over_budget: usize,
     /// The highest journal sequence number recorded while routing (a persistent session queued
     /// it): under durability `always` the publisher's acknowledgement waits for it.
     pub durable_seq: Option<u64>,
@@ -435,7 +438,7 @@ fn count(stats: &mut RouteStats, outcome: Enqueued) {
         Enqueued::Filtered => stats.filtered += 1,
         Enqueued::Dropped => stats.dropped += 1,
         // Counted by the budget itself, under its own reason.
-        Enqueued::OverBudget => {}
+        Enqueued::OverBudget => stats.over_budget += 1,
     }
 }
 

@@ -45,8 +45,10 @@ pub struct LimitLogs {
     pub topic_length: LogOnce,
     /// `limits.connect_timeout_ms`.
     pub handshake_timeouts: LogOnce,
-    /// `limits.max_queued_bytes_total`: publishers paused, deliveries dropped.
+    /// `limits.max_queued_bytes_total`: publishers paused.
     pub queue_budget: LogOnce,
+    /// `limits.max_queued_bytes_total`: deliveries dropped at the hard cap.
+    pub queue_budget_drops: LogOnce,
 }
 
 impl Default for LimitLogs {
@@ -58,6 +60,7 @@ impl Default for LimitLogs {
             topic_length: LogOnce::new(LOG_INTERVAL),
             handshake_timeouts: LogOnce::new(LOG_INTERVAL),
             queue_budget: LogOnce::new(LOG_INTERVAL),
+            queue_budget_drops: LogOnce::new(LOG_INTERVAL),
         }
     }
 }

@@ -77,6 +77,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         true
     }
 
+    /// Logs, once per interval, that a message this connection published was dropped by the
+    /// budget's hard cap for some receivers.
+    pub(super) fn log_budget_drop(&self) {
+        let budget = self.ctx.broker.budget();
+        if let Some(more) = self.ctx.limits.logs.queue_budget_drops.tripped(self.now) {
+            tracing::warn!(
+                queued_bytes = budget.used(),
+                max_queued_bytes_total = budget.limits().max_bytes,
+                dropped_for_budget = budget.dropped(),
+                more_since_last_line = more,
+                "queued messages at the budget: deliveries dropped"
+            );
+        }
+    }
+
     /// Whether a paused connection may read again: the pressure ended, or its own session now
     /// has deliveries whose acknowledgements it must read. Registers the task to be woken when
     /// the pressure ends otherwise. True for a connection that is not paused.

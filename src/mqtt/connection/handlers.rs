@@ -196,6 +196,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             Stats::add(&self.traffic().messages_in, 1);
             self.hold_until(routed.durable_seq);
             self.routed |= routed.delivered > 0;
+            if routed.over_budget > 0 {
+                self.log_budget_drop();
+            }
             if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
                 reason = ReasonCode::NoMatchingSubscribers;
             }
