@@ -278,6 +278,13 @@ pub struct Limits {
     pub max_subscriptions_per_client: usize,
     /// The longest topic name or filter accepted, in bytes (a `$share/` filter with its prefix).
     pub max_topic_length: usize,
+    /// Bytes (topic + payload) queued and in flight in every session together, at most (see
+    /// [`crate::limits::budget`]).
+    pub max_queued_bytes_total: u64,
+    /// The share of `max_queued_bytes_total`, in percent, from which publishers are paused.
+    pub queue_pause_percent: u8,
+    /// Bytes (topic + payload) of QoS 1/2 messages in flight to one client, at most.
+    pub max_inflight_bytes: usize,
 }
 
 impl Default for Limits {
@@ -298,6 +305,9 @@ impl Default for Limits {
             exempt: crate::limits::Exempt::default(),
             max_subscriptions_per_client: 1000,
             max_topic_length: 4096,
+            max_queued_bytes_total: 1 << 30,
+            queue_pause_percent: 90,
+            max_inflight_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -433,6 +443,7 @@ impl Config {
         if !(1..=mesgd_core::topic::MAX_TOPIC_LEN).contains(&l.max_topic_length) {
             return Err(invalid("limits.max_topic_length", "must be between 1 and 65535 bytes"));
         }
+        crate::limits::budget::validate(l).map_err(|(key, message)| invalid(key, message))?;
         if self.mqtt.max_qos > 2 {
             return Err(invalid("mqtt.max_qos", "must be 0, 1 or 2"));
         }

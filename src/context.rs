@@ -51,7 +51,13 @@ impl ServerContext {
         use mesgd_core::session::QueueLimits;
         let config = Config::embedded_default();
         let limits = BrokerLimits {
-            queue: QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: false },
+            queue: QueueLimits {
+                max_messages: 100,
+                max_bytes: 1 << 20,
+                queue_qos0_offline: false,
+                max_inflight_bytes: usize::MAX,
+            },
+            budget: mesgd_core::session::BudgetLimits::UNLIMITED,
         };
         let now = (std::time::Instant::now(), std::time::SystemTime::now());
         let broker = Arc::new(Broker::new(limits, now.0, now.1));

@@ -164,7 +164,9 @@ impl Server {
                 max_messages: l.max_queued_messages,
                 max_bytes: l.max_queued_bytes,
                 queue_qos0_offline: l.queue_qos0_offline,
+                max_inflight_bytes: l.max_inflight_bytes,
             },
+            budget: crate::limits::budget::broker_budget(l),
         };
         // The two clocks, read once: the broker derives wall times from the instants it is given.
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));

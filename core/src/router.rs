@@ -93,6 +93,9 @@ pub struct RouteStats {
     pub filtered: usize,
     /// Sessions whose queue limits dropped it (or dropped an older message for it).
     pub dropped: usize,
+    /// Sessions that dropped it because the broker-wide queue budget was used up (counted by
+    /// the budget, [`crate::session::QueueBudget::dropped`]).
+    pub over_budget: usize,
     /// The highest journal sequence number recorded while routing (a persistent session queued
     /// it): under durability `always` the publisher's acknowledgement waits for it.
     pub durable_seq: Option<u64>,
@@ -434,6 +437,8 @@ fn count(stats: &mut RouteStats, outcome: Enqueued) {
         }
         Enqueued::Filtered => stats.filtered += 1,
         Enqueued::Dropped => stats.dropped += 1,
+        // Counted by the budget itself, under its own reason.
+        Enqueued::OverBudget => stats.over_budget += 1,
     }
 }
 
@@ -555,7 +560,12 @@ mod tests {
             SessionId(id),
             SessionKey::mqtt(format!("c{id}")),
             SessionExpiry::Never,
-            QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: true },
+            QueueLimits {
+                max_messages: 100,
+                max_bytes: 1 << 20,
+                queue_qos0_offline: true,
+                max_inflight_bytes: usize::MAX,
+            },
         );
         s.attach(1, Acl::unrestricted(), SessionExpiry::Never);
         Arc::new(s)

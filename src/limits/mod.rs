@@ -9,11 +9,14 @@
 //!
 //! # Layout
 //!
+//! - [`budget`]: the `[limits]` keys of the broker-wide budget for queued messages, and what
+//!   the MQTT front end does with it (back-pressure on publishers).
 //! - [`exempt`]: [`Exempt`], the `limits.exempt` networks (trusted proxies, health checks).
 //! - [`per_ip`]: [`PerIpConnections`], open connections per source address.
 //! - [`counters`]: [`LimitCounters`], one counter per limit, and its [`LimitCounts`] snapshot.
 //! - [`log_once`]: [`LogOnce`], the once-per-interval log gate.
 
+pub mod budget;
 pub mod counters;
 pub mod exempt;
 pub mod log_once;
@@ -44,6 +47,10 @@ pub struct LimitLogs {
     pub handshake_timeouts: LogOnce,
     /// `limits.connect_timeout_ms`, for a request body after its headers.
     pub body_timeouts: LogOnce,
+    /// `limits.max_queued_bytes_total`: publishers paused.
+    pub queue_budget: LogOnce,
+    /// `limits.max_queued_bytes_total`: deliveries dropped at the hard cap.
+    pub queue_budget_drops: LogOnce,
 }
 
 impl Default for LimitLogs {
@@ -55,6 +62,8 @@ impl Default for LimitLogs {
             topic_length: LogOnce::new(LOG_INTERVAL),
             handshake_timeouts: LogOnce::new(LOG_INTERVAL),
             body_timeouts: LogOnce::new(LOG_INTERVAL),
+            queue_budget: LogOnce::new(LOG_INTERVAL),
+            queue_budget_drops: LogOnce::new(LOG_INTERVAL),
         }
     }
 }

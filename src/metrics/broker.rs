@@ -156,8 +156,10 @@ impl BrokerCollector {
                 ([("reason", "queue_full")], Stats::get(&s.dropped_queue_full)),
                 ([("reason", "expired")], Stats::get(&s.dropped_expired)),
                 ([("reason", "too_large")], Stats::get(&s.dropped_too_large)),
+                ([("reason", "budget")], self.broker.budget().dropped()),
             ],
         )?;
+        self.budget(encoder)?;
         counters(
             encoder,
             "mesgd_acl_denials",
@@ -180,6 +182,36 @@ impl BrokerCollector {
             "mesgd_retained_messages",
             "Topics with a retained message",
             count(self.broker.retained().len()),
+        )
+    }
+
+    /// The broker-wide queue budget (`limits.max_queued_bytes_total`) and its back-pressure.
+    fn budget(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let budget = self.broker.budget();
+        let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        gauge(
+            encoder,
+            "mesgd_queued_bytes",
+            "Bytes (topic + payload) queued or in flight in every session together",
+            bytes(budget.used()),
+        )?;
+        gauge(
+            encoder,
+            "mesgd_queued_bytes_budget",
+            "limits.max_queued_bytes_total: deliveries beyond it are dropped",
+            bytes(budget.limits().max_bytes),
+        )?;
+        gauge(
+            encoder,
+            "mesgd_publishers_paused",
+            "Connections not read from because the queue budget is under pressure",
+            bytes(budget.paused_readers()),
+        )?;
+        counter(
+            encoder,
+            "mesgd_publisher_pauses",
+            "Times a connection was paused by the queue budget",
+            budget.pauses(),
         )
     }
 

@@ -54,7 +54,7 @@ use crate::model::{Delivery, SessionExpiry, SessionId, SessionKey, Will};
 use crate::retained::RetainedStore;
 use crate::router::Router;
 pub use crate::session::RestoredEntry;
-use crate::session::{QueueLimits, Session};
+use crate::session::{BudgetLimits, QueueBudget, QueueLimits, Session};
 use crate::sync::lock;
 
 /// Limits that apply to every session.
@@ -62,6 +62,8 @@ use crate::sync::lock;
 pub struct BrokerLimits {
     /// Per-session queue limits.
     pub queue: QueueLimits,
+    /// The broker-wide budget for the bytes every session holds together.
+    pub budget: BudgetLimits,
 }
 
 /// What opening a session found.
@@ -77,6 +79,7 @@ pub struct OpenedSession {
 #[derive(Debug)]
 pub struct Broker {
     limits: BrokerLimits,
+    budget: Arc<QueueBudget>,
     router: Router,
     retained: RetainedStore,
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
@@ -98,6 +101,7 @@ impl Broker {
     pub fn new(limits: BrokerLimits, now: Instant, wall: SystemTime) -> Self {
         Broker {
             limits,
+            budget: Arc::new(QueueBudget::new(limits.budget)),
             router: Router::new(),
             retained: RetainedStore::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -145,6 +149,11 @@ impl Broker {
     /// The retained store.
     pub fn retained(&self) -> &RetainedStore {
         &self.retained
+    }
+
+    /// The budget every session's queue counts against.
+    pub fn budget(&self) -> &Arc<QueueBudget> {
+        &self.budget
     }
 
     /// The limits sessions are created with.
@@ -234,7 +243,8 @@ impl Broker {
             self.finish_session(&old);
         }
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        let session = Arc::new(Session::new(id, key.clone(), expiry, self.limits.queue));
+        let session =
+            Arc::new(Session::with_budget(id, key.clone(), expiry, self.limits.queue, self.budget.clone()));
         if expiry != SessionExpiry::OnDisconnect {
             session.set_journal(self.journal().cloned(), true);
         }

@@ -53,6 +53,7 @@ impl Broker {
             stored.key.clone(),
             stored.expiry,
             self.limits.queue,
+            self.budget.clone(),
             stored.disconnected_at,
             stored.entries,
             stored.incoming_qos2,

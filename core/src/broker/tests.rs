@@ -15,7 +15,13 @@ use crate::topic::{SubscriptionFilter, TopicName};
 fn broker() -> Broker {
     Broker::new(
         BrokerLimits {
-            queue: QueueLimits { max_messages: 100, max_bytes: 1 << 20, queue_qos0_offline: false },
+            queue: QueueLimits {
+                max_messages: 100,
+                max_bytes: 1 << 20,
+                queue_qos0_offline: false,
+                max_inflight_bytes: usize::MAX,
+            },
+            budget: crate::session::BudgetLimits::UNLIMITED,
         },
         Instant::now(),
         SystemTime::now(),
@@ -354,7 +360,15 @@ fn wall_time_is_derived_from_the_instant_passed_in() {
     let mono = Instant::now();
     let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
     let b = Broker::new(
-        BrokerLimits { queue: QueueLimits { max_messages: 1, max_bytes: 1, queue_qos0_offline: false } },
+        BrokerLimits {
+            queue: QueueLimits {
+                max_messages: 1,
+                max_bytes: 1,
+                queue_qos0_offline: false,
+                max_inflight_bytes: usize::MAX,
+            },
+            budget: crate::session::BudgetLimits::UNLIMITED,
+        },
         mono,
         wall,
     );

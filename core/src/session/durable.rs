@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::inbound::Inbound;
 use super::mailbox::{QueueLimits, Queued};
 use super::outbound::OutboundState;
-use super::{Session, State};
+use super::{QueueBudget, Session, State};
 use crate::journal::{Change, Journal};
 use crate::model::{Delivery, QoS, SessionExpiry, SessionId, SessionKey};
 
@@ -82,17 +82,21 @@ impl Session {
     }
 
     /// A session read back from durable storage: offline, disconnected at `disconnected_at`,
-    /// with its queue (in entry order) and in-flight messages as they were.
+    /// with its queue (in entry order) and in-flight messages as they were. What it holds
+    /// counts against `budget` (a restart may bring back more than the budget; nothing stored
+    /// is dropped for it, but back-pressure starts at once).
+    #[allow(clippy::too_many_arguments)]
     pub fn restore(
         id: SessionId,
         key: SessionKey,
         expiry: SessionExpiry,
         limits: QueueLimits,
+        budget: Arc<QueueBudget>,
         disconnected_at: Instant,
         entries: Vec<RestoredEntry>,
         incoming_qos2: Vec<(u16, Option<u64>)>,
     ) -> Session {
-        let session = Session::new(id, key, expiry, limits);
+        let session = Session::with_budget(id, key, expiry, limits, budget);
         {
             let mut s = session.state();
             s.disconnected_at = Some(disconnected_at);

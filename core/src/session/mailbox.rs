@@ -15,6 +15,9 @@ pub struct QueueLimits {
     pub max_bytes: usize,
     /// Whether QoS 0 messages are queued while the client is offline.
     pub queue_qos0_offline: bool,
+    /// Bytes (topic + payload) of QoS 1/2 messages in flight to the client, at most; one
+    /// message is always let through when none is in flight, however large.
+    pub max_inflight_bytes: usize,
 }
 
 /// What happened to a message pushed into a session.
@@ -28,6 +31,9 @@ pub enum Enqueued {
     Filtered,
     /// Not queued: the queue is full of QoS 1/2 messages, or it is QoS 0 for an offline client.
     Dropped,
+    /// Not queued: the broker-wide budget for queued bytes is used up and this session had no
+    /// older QoS 0 message to give up for it (counted in [`super::QueueBudget::dropped`]).
+    OverBudget,
 }
 
 /// A delivery waiting in the queue, with its journal entry number.
@@ -62,6 +68,22 @@ impl Mailbox {
 
     pub(super) fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn limits(&self) -> &QueueLimits {
+        &self.limits
+    }
+
+    /// Drops the oldest QoS 0 message; returns its weight, or `None` if there is none.
+    pub(super) fn drop_oldest_qos0(&mut self) -> Option<usize> {
+        let oldest = self.queue.iter().position(|q| q.delivery.qos == QoS::AtMostOnce)?;
+        let gone = self.queue.remove(oldest).map_or(0, |q| q.delivery.weight());
+        self.bytes -= gone;
+        Some(gone)
     }
 
     pub(super) fn front(&self) -> Option<&Queued> {

@@ -18,10 +18,15 @@
 //! - this file: the session, its connection lifecycle (attach, detach, kick, expiry), its
 //!   subscriptions and the push side of the queue.
 //! - [`mailbox`]: the bounded queue, its limits and drop count.
+//! - [`budget`]: the bytes of every session together, against the broker-wide cap; each session
+//!   settles its share whenever its lock is released ([`Locked`]).
 //! - [`outbound`]: the in-flight window, packet ids, drain, acknowledgements and resend.
 //! - [`inbound`]: incoming QoS 2 ids with their message digests.
 //! - [`durable`]: the journal picture of a session and its restoration at start-up.
 
+mod budget;
+#[cfg(test)]
+mod budget_tests;
 mod durable;
 mod inbound;
 mod mailbox;
@@ -30,6 +35,7 @@ mod outbound;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -37,6 +43,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+pub use self::budget::{BudgetLimits, QueueBudget};
 pub use self::durable::RestoredEntry;
 use self::inbound::Inbound;
 pub use self::inbound::IncomingQos2;
@@ -62,6 +69,9 @@ pub struct SubscriptionRecord {
 #[derive(Debug)]
 struct State {
     mailbox: Mailbox,
+    /// The bytes this session has charged to the broker-wide budget (what it held when its
+    /// lock was last released).
+    charged: u64,
     outbound: Outbound,
     inbound: Inbound,
     /// The next journal entry number.
@@ -90,7 +100,49 @@ pub struct Session {
     id: SessionId,
     key: SessionKey,
     online: AtomicBool,
+    budget: Arc<QueueBudget>,
     state: Mutex<State>,
+}
+
+/// The session's state while its lock is held. Releasing it settles the session's share of the
+/// budget, so every change to the queue or the window is accounted for, whichever method made
+/// it, with one atomic add at most.
+struct Locked<'a> {
+    state: MutexGuard<'a, State>,
+    budget: &'a QueueBudget,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let held = self.state.held_bytes();
+        if held != self.state.charged {
+            self.budget.settle(self.state.charged, held);
+            self.state.charged = held;
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let charged = match self.state.get_mut() {
+            Ok(s) => s.charged,
+            Err(poisoned) => poisoned.into_inner().charged,
+        };
+        self.budget.settle(charged, 0);
+    }
 }
 
 /// Woken whenever any session detaches; waiters re-check their own session. One for all
@@ -99,14 +151,27 @@ pub struct Session {
 static DETACHED: Notify = Notify::const_new();
 
 impl Session {
-    /// A new, empty, offline session.
+    /// A new, empty, offline session outside any budget ([`QueueBudget::unlimited`]).
     pub fn new(id: SessionId, key: SessionKey, expiry: SessionExpiry, limits: QueueLimits) -> Self {
+        Session::with_budget(id, key, expiry, limits, QueueBudget::unlimited())
+    }
+
+    /// A new, empty, offline session whose queue counts against `budget`.
+    pub fn with_budget(
+        id: SessionId,
+        key: SessionKey,
+        expiry: SessionExpiry,
+        limits: QueueLimits,
+        budget: Arc<QueueBudget>,
+    ) -> Self {
         Session {
             id,
             key,
             online: AtomicBool::new(false),
+            budget,
             state: Mutex::new(State {
                 mailbox: Mailbox::new(limits),
+                charged: 0,
                 outbound: Outbound::default(),
                 inbound: Inbound::default(),
                 next_entry: 1,
@@ -144,8 +209,21 @@ impl Session {
         self.online.load(Ordering::Acquire)
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+    fn state(&self) -> Locked<'_> {
+        Locked { state: lock(&self.state), budget: &self.budget }
+    }
+
+    /// The budget this session's queue counts against.
+    pub fn budget(&self) -> &Arc<QueueBudget> {
+        &self.budget
+    }
+
+    /// Whether anything waits to be written to the client or acknowledged by it: queued
+    /// deliveries, or QoS 1/2 messages in flight. A connection whose session has any must keep
+    /// being read whatever the budget says, as its acknowledgements are what frees it.
+    pub fn has_pending(&self) -> bool {
+        let s = self.state();
+        !s.mailbox.is_empty() || s.outbound.len() > 0
     }
 
     // ----------------------------------------------------------------- connection lifecycle
@@ -338,9 +416,13 @@ impl Session {
             return (Enqueued::Filtered, None);
         }
         let online = s.connection.is_some();
-        let outcome = s.mailbox.make_room(delivery.weight(), delivery.qos, online);
+        let weight = delivery.weight();
+        let outcome = s.mailbox.make_room(weight, delivery.qos, online);
         if outcome == Enqueued::Dropped {
             return (outcome, None);
+        }
+        if !s.make_budget_room(weight, &self.budget) {
+            return (Enqueued::OverBudget, None);
         }
         let entry = s.next_entry;
         s.next_entry += 1;
@@ -372,6 +454,29 @@ impl Session {
 }
 
 impl State {
+    /// The bytes this session holds: its queue and its in-flight window.
+    fn held_bytes(&self) -> u64 {
+        (self.mailbox.bytes() + self.outbound.bytes()) as u64
+    }
+
+    /// Makes room under the broker-wide budget's hard cap for a delivery of `weight` bytes by
+    /// dropping this session's oldest QoS 0 messages (counted as budget drops). Returns false,
+    /// and counts the new delivery as dropped, if it still does not fit.
+    fn make_budget_room(&mut self, weight: usize, budget: &QueueBudget) -> bool {
+        loop {
+            // What this lock has freed already is still charged until the lock is released.
+            let releasing = self.charged.saturating_sub(self.held_bytes());
+            if budget.fits(weight, releasing) {
+                return true;
+            }
+            if self.mailbox.drop_oldest_qos0().is_none() {
+                budget.count_dropped(1);
+                return false;
+            }
+            budget.count_dropped(1);
+        }
+    }
+
     /// Installs a receiver ACL and drops the queued messages it does not let through.
     fn replace_acl(&mut self, acl: Acl, client_id: &Arc<str>) {
         if acl.source().is_some() && acl.source() == self.acl.source() {

@@ -41,19 +41,32 @@ pub(super) struct Inflight {
 #[derive(Debug)]
 pub(super) struct Outbound {
     window: VecDeque<(u16, Inflight)>,
+    /// The weight of every delivery in the window.
+    bytes: usize,
     send_seq: u64,
     next_packet_id: u16,
 }
 
 impl Default for Outbound {
     fn default() -> Self {
-        Outbound { window: VecDeque::new(), send_seq: 0, next_packet_id: 1 }
+        Outbound { window: VecDeque::new(), bytes: 0, send_seq: 0, next_packet_id: 1 }
     }
 }
 
 impl Outbound {
     pub(super) fn len(&self) -> usize {
         self.window.len()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether a QoS 1/2 delivery of `weight` bytes may go in flight now: fewer than `window`
+    /// messages and at most `max_bytes` in flight with it, or nothing in flight at all (so that
+    /// a message larger than the byte cap still goes, alone).
+    fn has_room(&self, window: usize, weight: usize, max_bytes: usize) -> bool {
+        self.window.len() < window && (self.window.is_empty() || self.bytes + weight <= max_bytes)
     }
 
     fn position(&self, packet_id: u16) -> Option<usize> {
@@ -72,12 +85,15 @@ impl Outbound {
     pub(super) fn insert(&mut self, packet_id: u16, delivery: Delivery, state: OutboundState, entry: u64) {
         self.send_seq += 1;
         let seq = self.send_seq;
+        self.bytes += delivery.weight();
         self.window.push_back((packet_id, Inflight { delivery, state, seq, entry }));
     }
 
     pub(super) fn remove(&mut self, packet_id: u16) -> Option<Inflight> {
         let i = self.position(packet_id)?;
-        self.window.remove(i).map(|(_, f)| f)
+        let (_, f) = self.window.remove(i)?;
+        self.bytes -= f.delivery.weight();
+        Some(f)
     }
 
     /// Every message in flight, in the order it was first sent.
@@ -88,6 +104,7 @@ impl Outbound {
     }
 
     pub(super) fn take_all(&mut self) -> Vec<Inflight> {
+        self.bytes = 0;
         self.window.drain(..).map(|(_, f)| f).collect()
     }
 
@@ -164,7 +181,9 @@ impl State {
 
 impl Session {
     /// Moves queued messages into `out` for connection `generation`, allocating packet ids for
-    /// QoS 1/2 while fewer than `window` are in flight, skipping expired messages. Registers
+    /// QoS 1/2 while fewer than `window` are in flight and their bytes stay within the queue
+    /// limits' `max_inflight_bytes` (one always goes when none is in flight), skipping expired
+    /// messages. Registers
     /// `waker` to be woken by the next push. Stops at `max_batch` messages so one busy session
     /// cannot starve its own socket writes.
     pub fn drain(
@@ -185,9 +204,12 @@ impl Session {
             Some(w) if w.will_wake(waker) => {}
             _ => s.waker = Some(waker.clone()),
         }
+        let max_bytes = s.mailbox.limits().max_inflight_bytes;
         while stats.taken < max_batch {
             let Some(front) = s.mailbox.front() else { break };
-            if front.delivery.qos != QoS::AtMostOnce && s.outbound.len() >= window {
+            if front.delivery.qos != QoS::AtMostOnce
+                && !s.outbound.has_room(window, front.delivery.weight(), max_bytes)
+            {
                 break;
             }
             let Some(Queued { entry, delivery }) = s.mailbox.pop_front() else { break };
@@ -221,9 +243,9 @@ impl Session {
             s.outbound.insert(packet_id, delivery.clone(), state, entry);
             out.push(Outgoing::Publish { delivery, packet_id: Some(packet_id), dup: false });
         }
-        stats.more = !s.mailbox.is_empty()
-            && (s.mailbox.front().is_some_and(|q| q.delivery.qos == QoS::AtMostOnce)
-                || s.outbound.len() < window);
+        stats.more = s.mailbox.front().is_some_and(|q| {
+            q.delivery.qos == QoS::AtMostOnce || s.outbound.has_room(window, q.delivery.weight(), max_bytes)
+        });
         stats
     }
 

@@ -20,7 +20,7 @@ impl Wake for Flag {
 }
 
 fn limits(max_messages: usize) -> QueueLimits {
-    QueueLimits { max_messages, max_bytes: 1 << 20, queue_qos0_offline: true }
+    QueueLimits { max_messages, max_bytes: 1 << 20, queue_qos0_offline: true, max_inflight_bytes: usize::MAX }
 }
 
 fn delivery(topic: &str, qos: QoS) -> Delivery {
@@ -174,6 +174,7 @@ fn restored_ids_count_only_once_the_client_resends_them() {
         SessionKey::mqtt("c"),
         SessionExpiry::Never,
         limits(10),
+        QueueBudget::unlimited(),
         Instant::now(),
         Vec::new(),
         vec![(1, Some(10)), (2, Some(20)), (3, None)],
@@ -231,7 +232,12 @@ fn offline_qos0_is_not_queued_unless_configured() {
         SessionId(1),
         SessionKey::mqtt("c"),
         SessionExpiry::Never,
-        QueueLimits { max_messages: 10, max_bytes: 1000, queue_qos0_offline: false },
+        QueueLimits {
+            max_messages: 10,
+            max_bytes: 1000,
+            queue_qos0_offline: false,
+            max_inflight_bytes: usize::MAX,
+        },
     );
     assert_eq!(s.enqueue(delivery("a", QoS::AtMostOnce), false), Enqueued::Dropped);
     assert_eq!(s.enqueue(delivery("a", QoS::AtLeastOnce), false), Enqueued::Queued);

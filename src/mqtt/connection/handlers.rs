@@ -19,8 +19,13 @@ use crate::limits::Tripped;
 use crate::mqtt::checks::{self, Fields};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+    /// Handles every complete packet in the input, up to a PUBLISH that must wait for the
+    /// queue budget.
     pub(super) fn handle_input(&mut self) -> Result<(), End> {
         loop {
+            if self.publish_must_wait() {
+                return Ok(());
+            }
             let packet =
                 match mqtt::decode(&mut self.inbuf, Some(self.version), self.ctx.mqtt.max_packet_size) {
                     Ok(Some(p)) => p,
@@ -194,6 +199,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             Stats::add(&self.traffic().messages_in, 1);
             self.hold_until(routed.durable_seq);
             self.routed |= routed.delivered > 0;
+            if routed.over_budget > 0 {
+                self.log_budget_drop();
+            }
             if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
                 reason = ReasonCode::NoMatchingSubscribers;
             }

@@ -16,10 +16,12 @@
 //!   session hand-back, lingering close).
 //! - [`poll`]: the poll loop — reading with back-pressure, writing, draining the session,
 //!   keep-alive and credential expiry, live identity changes.
+//! - [`budget`]: publishes paused while the broker-wide queue budget is under pressure.
 //! - [`gate`]: output held until the journal has it on disk (durability `always`).
 //! - [`output`]: encoding deliveries (topic aliases, expiry, subscription identifiers).
 //! - [`handlers`]: one handler per packet type, over the broker's client operations.
 
+mod budget;
 mod gate;
 mod handlers;
 mod output;
@@ -169,6 +171,8 @@ pub(crate) struct Connection<S> {
     /// The journal, when acknowledgements wait for the disk.
     journal: Option<Arc<dyn Journal>>,
     scratch: Vec<Outgoing>,
+    /// Set while the queue budget keeps this connection from reading its next PUBLISH.
+    paused: Option<Box<budget::Paused>>,
 }
 
 fn is_v5(v: ProtocolVersion) -> bool {
@@ -217,6 +221,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             held: None,
             journal: ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
             scratch: Vec::new(),
+            paused: None,
             ctx,
         };
         c.write_packet(connack);

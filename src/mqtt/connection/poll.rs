@@ -62,11 +62,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         }
     }
 
-    /// Reads and handles packets until the socket has nothing more (or output backs up).
-    /// Returns whether anything was read.
+    /// Reads and handles packets until the socket has nothing more (or output backs up, or the
+    /// queue budget pauses this publisher). Returns whether anything was read.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Result<bool, End> {
         let mut progress = false;
         while self.pending_output() < OUT_HIGH_WATER {
+            if self.paused.is_some() {
+                if !self.poll_resume(cx) {
+                    break;
+                }
+                // What was read before the pause waits in the input.
+                progress = true;
+                self.handle_input()?;
+                if self.routed {
+                    break;
+                }
+                // Paused again or not, the next round goes on from here.
+                continue;
+            }
             // Publishers wait while the journal's backlog is over its bound (a slow disk): what
             // they send would be promises the broker cannot yet keep.
             if self.ctx.broker.journal().is_some_and(|j| !j.poll_room(cx.waker())) {
@@ -81,6 +94,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     Stats::add(&self.traffic().bytes_in, n as u64);
                     self.last_received = self.now;
                     progress = true;
+                    // A PUBLISH that must wait for the budget pauses the connection here; the
+                    // next round registers for the wake-up.
                     self.handle_input()?;
                     if self.routed {
                         break;
@@ -142,6 +157,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             let now = crate::clock::now();
             if self.identity_expires.is_some_and(|at| at <= now) {
                 return Some(End::IdentityExpired);
+            }
+            if self.paused.is_some() {
+                // Not reading is the broker's doing: the client is not late.
+                self.last_received = now;
             }
             if self.keep_alive.is_some_and(|ka| self.last_received + ka <= now) {
                 return Some(End::KeepAliveTimeout);
