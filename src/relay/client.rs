@@ -359,7 +359,7 @@ impl Client {
             }
         }
         let Phase::Registered(reg) = &mut self.phase else { return Ok(false) };
-        if let Some(kick) = reg.session.take_kick(reg.generation) {
+        if let Some(kick) = reg.session.poll_kick(reg.generation, cx.waker()) {
             return Err(End::Kicked(kick));
         }
         self.poll_identity(cx)?;

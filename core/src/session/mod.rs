@@ -298,10 +298,31 @@ impl Session {
         }
     }
 
-    /// The pending kick for connection `generation`, if any.
+    /// The pending kick for connection `generation`, if any. A connection's poll loop uses
+    /// [`Session::poll_kick`] instead: this registers no waker.
     pub fn take_kick(&self, generation: u64) -> Option<Kick> {
         let mut s = self.state();
         if s.connection == Some(generation) { s.kick.take() } else { Some(Kick::TakenOver) }
+    }
+
+    /// As [`Session::take_kick`], and with no kick pending, registers `waker` to be woken by
+    /// the next [`Session::kick`] (or delivery). The check and the registration are one step
+    /// under the session's lock: a kick that came after a bare check but before the waker was
+    /// registered (by [`Session::drain`], later in the loop) would wake nobody, and the
+    /// connection would stay open, taken over, until its next packet or timer.
+    pub fn poll_kick(&self, generation: u64, waker: &Waker) -> Option<Kick> {
+        let mut s = self.state();
+        if s.connection != Some(generation) {
+            return Some(Kick::TakenOver);
+        }
+        if let Some(kick) = s.kick.take() {
+            return Some(kick);
+        }
+        match &s.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => s.waker = Some(waker.clone()),
+        }
+        None
     }
 
     /// Replaces the receiver ACL (after a live identity change), and drops queued messages the

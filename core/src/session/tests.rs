@@ -256,6 +256,23 @@ fn push_wakes_the_registered_connection() {
 }
 
 #[test]
+fn a_kick_right_after_the_check_wakes_the_connection() {
+    // The adverse order: the connection finds no kick, and another task (a takeover from
+    // another node) kicks before the connection has drained, i.e. before any other waker
+    // registration. The check itself registered the waker, so the kick is not lost.
+    let s = online(10);
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = Waker::from(flag.clone());
+    assert_eq!(s.poll_kick(1, &waker), None);
+    s.kick(Kick::TakenOver);
+    assert!(flag.0.load(Ordering::SeqCst), "the kick woke the connection");
+    assert_eq!(s.poll_kick(1, &waker), Some(Kick::TakenOver));
+    // A connection that was replaced is told so, and registers nothing.
+    s.attach(2, Acl::unrestricted(), SessionExpiry::Never);
+    assert_eq!(s.poll_kick(1, &waker), Some(Kick::TakenOver));
+}
+
+#[test]
 fn a_stale_connection_cannot_detach_or_drain_a_taken_over_session() {
     let s = online(10);
     s.kick(Kick::TakenOver);

@@ -23,7 +23,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     pub(super) fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         loop {
             self.now = crate::clock::now();
-            if let Some(kick) = self.session.take_kick(self.generation) {
+            if let Some(kick) = self.session.poll_kick(self.generation, cx.waker()) {
                 return Poll::Ready(End::Kicked(kick));
             }
             if let Some(end) = self.poll_identity(cx) {
