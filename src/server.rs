@@ -334,6 +334,7 @@ impl Server {
         }
         if let Some(cluster) = &self.cluster {
             cluster.shutdown().await;
+            cluster.leave().await;
         }
         if let Some(writer) = self.persistence {
             // The last changes (wills, session ends) are written before the process exits.

@@ -334,14 +334,15 @@ async fn sessions_restored_from_storage_are_handed_over_and_their_records_releas
     let nats = NatsServer::start().await;
     let b = node(&nats, "b", "").await;
     let mut c = node(&nats, "c", "").await;
-    // Two persistent sessions on c: one for an hour with a subscription, one for a second.
+    // Two persistent sessions on c: one for an hour with a subscription, one for three seconds
+    // (long enough that it cannot expire on the old c while c stops, even on a loaded machine).
     let (mut long, _) = connect_persistent(c.addr, ProtocolVersion::V5, "restored").await;
     long.send(&subscribe_packet(1, "rs/#", 1, true)).await;
     assert!(matches!(long.recv().await, Some(Packet::SubAck(_))));
     long.send(&packet(0xE0, &[])).await;
     long.until_closed().await;
     let mut short = Raw::open(c.addr, ProtocolVersion::V5).await;
-    short.send(&persistent_v5("brief", 1)).await;
+    short.send(&persistent_v5("brief", 3)).await;
     assert!(matches!(short.recv().await, Some(Packet::ConnAck(a)) if a.reason_code == ReasonCode::Success));
     short.send(&packet(0xE0, &[])).await;
     short.until_closed().await;

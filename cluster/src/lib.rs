@@ -258,6 +258,17 @@ impl Cluster {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.group_client.flush()).await;
     }
+
+    /// Leaves NATS for good, after [`Cluster::shutdown`]: both connections are drained, so
+    /// nothing of this node can receive or write there any more. A process that exits gets
+    /// this from the operating system; a server stopped inside a process that goes on (an
+    /// embedding, the tests) would otherwise leave a node whose last tasks still answer
+    /// takeover requests or release registry records, e.g. when a session it still holds in
+    /// memory expires after the stop.
+    pub async fn leave(&self) {
+        let _ = self.client.drain().await;
+        let _ = self.group_client.drain().await;
+    }
 }
 
 /// A connection to NATS; `no_echo` for the one that publishes (this node delivers its own
