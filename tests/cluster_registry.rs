@@ -2,8 +2,9 @@
 //! port): a client id connecting on another node takes the session over (the first node's
 //! client sees DISCONNECT 0x8E), the same id connecting to two nodes at once leaves exactly one
 //! live connection and one record, a dead owner is fenced by the compare-and-swap, a node
-//! that cannot reach the registry refuses CONNECT within its bound, and a persistent session
-//! resumed on another node keeps its subscriptions.
+//! that cannot reach the registry refuses CONNECT within its bound, a node cut off from NATS
+//! closes its clients' connections after `nats_lost_close_ms`, and a persistent session resumed
+//! on another node keeps its subscriptions.
 
 mod common;
 
@@ -367,4 +368,34 @@ async fn sessions_restored_from_storage_are_handed_over_and_their_records_releas
     eventually("c's copy to end", || async { c.broker().session(&key).is_none() }).await;
     assert_eq!(counter(&c, |s| &s.registry_sessions_handed), 1);
     assert_eq!(owner(&b, "restored").await.as_deref(), Some("b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_nats_closes_its_clients_after_nats_lost_close_ms() {
+    const CLOSE_AFTER: Duration = Duration::from_millis(1500);
+    let mut nats = NatsServer::start().await;
+    let a = TestServer::start(&format!(
+        "[cluster]\nnode = \"a\"\nnats = [{:?}]\nnats_lost_close_ms = {}\n",
+        nats.url,
+        CLOSE_AFTER.as_millis()
+    ))
+    .await;
+    let (mut v5_client, code) = raw_connect(&a, true, "five").await;
+    assert_eq!(code, ReasonCode::Success);
+    let (mut v3_client, code) = raw_connect(&a, false, "three").await;
+    assert_eq!(code, ReasonCode::Success);
+
+    nats.kill().await;
+    let lost = Instant::now();
+    // Within the bound the node still serves its clients alone.
+    v5_client.send(&packet(0xC0, &[])).await;
+    assert!(matches!(v5_client.recv().await, Some(Packet::PingResp)));
+    // Past it, MQTT 5 is told to use another server; 3.1.1 has no DISCONNECT from the server.
+    assert_eq!(until_end(&mut v5_client).await, Some(ReasonCode::UseAnotherServer));
+    let waited = lost.elapsed();
+    assert!(waited >= CLOSE_AFTER, "closed only after nats_lost_close_ms: {waited:?}");
+    assert!(v3_client.until_closed().await.is_empty());
+    assert_eq!(counter(&a, |s| &s.nats_lost_closes), 2);
+    // No connection is left on the node (persistent sessions would stay, for their expiry).
+    eventually("both connections to detach", || async { a.broker().online_sessions().is_empty() }).await;
 }

@@ -45,6 +45,12 @@ pub struct ClusterConfig {
     /// How long start-up waits for the first connection to NATS, in milliseconds.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// How long this node goes on serving its clients alone after losing NATS, in
+    /// milliseconds: past it, it closes their connections (MQTT 5: DISCONNECT 0x9C Use another
+    /// server) so that they reconnect, through the load balancer, to a node that is still in
+    /// the cluster. 0: never.
+    #[serde(default = "default_nats_lost_close_ms")]
+    pub nats_lost_close_ms: u64,
     /// How long start-up waits for the retained messages already in the stream to be loaded
     /// before the listeners open, in milliseconds.
     #[serde(default = "default_retained_load_timeout_ms")]
@@ -95,6 +101,9 @@ fn default_replicas() -> usize {
 fn default_connect_timeout_ms() -> u64 {
     5000
 }
+fn default_nats_lost_close_ms() -> u64 {
+    15_000
+}
 fn default_retained_load_timeout_ms() -> u64 {
     10_000
 }
@@ -122,6 +131,7 @@ impl fmt::Debug for ClusterConfig {
             .field("retained_stream", &self.retained_stream)
             .field("retained_replicas", &self.retained_replicas)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("nats_lost_close_ms", &self.nats_lost_close_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)

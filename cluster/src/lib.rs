@@ -24,6 +24,7 @@
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
 //! - `interest`: the subjects this node wants, counted per filter.
 //! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
+//! - `lost`: closing the clients' connections when NATS has been lost for too long.
 //! - `retained`: the retained stream, storing into it and following it.
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   and the takeover requests between nodes.
@@ -33,6 +34,7 @@
 mod config;
 mod interest;
 mod live;
+mod lost;
 mod registry;
 mod retained;
 mod stats;
@@ -164,6 +166,12 @@ impl Cluster {
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
             tokio::spawn(retained::store_loop(js, broker.clone(), me, retained_rx, stats.clone())),
+            tokio::spawn(lost::watch(
+                client.clone(),
+                broker.clone(),
+                Duration::from_millis(config.nats_lost_close_ms),
+                stats.clone(),
+            )),
         ];
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);

@@ -46,6 +46,8 @@ pub struct ClusterStats {
     pub slow_consumers: AtomicU64,
     /// Times the NATS connection was lost.
     pub disconnects: AtomicU64,
+    /// Client connections closed because NATS had been lost for `nats_lost_close_ms`.
+    pub nats_lost_closes: AtomicU64,
     /// Client ids this node claimed in the session registry.
     pub registry_claims: AtomicU64,
     /// Compare-and-swap conflicts while claiming (another node wrote the record meanwhile).
@@ -170,6 +172,12 @@ impl ClusterStats {
             ),
             ("slow_consumers", "NATS slow-consumer events", Counter, get(&self.slow_consumers)),
             ("disconnects", "Times the NATS connection was lost", Counter, get(&self.disconnects)),
+            (
+                "nats_lost_closes",
+                "Client connections closed: NATS had been lost for nats_lost_close_ms",
+                Counter,
+                get(&self.nats_lost_closes),
+            ),
             (
                 "registry_claims",
                 "Client ids claimed in the session registry",

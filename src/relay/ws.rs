@@ -216,6 +216,7 @@ fn close_reason(end: &End) -> Option<(u16, &'static str)> {
         End::SlowConsumer => (1008, "output limit exceeded"),
         End::NotAuthorized | End::Kicked(Kick::Revoked(_)) => (1008, "not authorized"),
         End::Kicked(Kick::ShuttingDown) => (1001, "server shutting down"),
+        End::Kicked(Kick::ClusterLost) => (1013, "try again later"),
         End::Kicked(_) => (1008, "closed by the server"),
     })
 }

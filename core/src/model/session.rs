@@ -142,4 +142,7 @@ pub enum Kick {
     Revoked(Revocation),
     /// An operator closed the connection (REST API, console).
     Administrative,
+    /// This node has been cut off from its cluster for longer than it may serve alone: the
+    /// client should reconnect, to another node.
+    ClusterLost,
 }

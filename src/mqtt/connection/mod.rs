@@ -123,6 +123,7 @@ fn kick_reason(kick: Kick) -> ReasonCode {
         Kick::ShuttingDown => ReasonCode::ServerShuttingDown,
         Kick::Revoked(Revocation::Disabled) => ReasonCode::NotAuthorized,
         Kick::Revoked(Revocation::Deleted) => ReasonCode::AdministrativeAction,
+        Kick::ClusterLost => ReasonCode::UseAnotherServer,
         _ => ReasonCode::AdministrativeAction,
     }
 }
