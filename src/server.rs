@@ -203,6 +203,10 @@ impl Server {
         ctx.metrics.register_collector(Box::new(RelayCollector::new(Arc::downgrade(&ctx))));
         if let Some(cluster) = &cluster {
             ctx.metrics.register_collector(Box::new(ClusterCollector::new(cluster.stats().clone())));
+            // Before the listeners: the first login already sees the cluster's users.
+            if let Some(directory) = ctx.services.get::<mesgd_providers::builtin::UserDirectory>() {
+                cluster.replicate_users(directory).await?;
+            }
         }
         if let Some(token) = metrics_token(&config)? {
             ctx.metrics.require_token(token);

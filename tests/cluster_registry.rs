@@ -95,6 +95,8 @@ async fn connecting_on_another_node_takes_the_session_over() {
     // A clean disconnect with session expiry 0 deletes the record.
     on_b.disconnect().await;
     eventually("the record of dev to go", || async { owner(&b, "dev").await.is_none() }).await;
+    // Visible to the read before b has counted the delete's acknowledgement.
+    eventually("b to count the release", || async { counter(&b, |s| &s.registry_released) >= 1 }).await;
     assert_eq!(counter(&b, |s| &s.registry_released), 1);
     assert_eq!(counter(&a, |s| &s.registry_fenced) + counter(&b, |s| &s.registry_fenced), 0);
 }
@@ -358,6 +360,8 @@ async fn sessions_restored_from_storage_are_handed_over_and_their_records_releas
 
     // The short one expires on c: c deletes the record that named it.
     eventually("the expired session's record to go", || async { owner(&b, "brief").await.is_none() }).await;
+    // The delete is visible to b before c has read its acknowledgement and counted it.
+    eventually("c to count the release", || async { counter(&c, |s| &s.registry_released) >= 1 }).await;
     assert_eq!(counter(&c, |s| &s.registry_released), 1);
 
     // The long one resumes on b: c hands it over with its subscription and ends its copy.

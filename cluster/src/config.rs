@@ -55,6 +55,12 @@ pub struct ClusterConfig {
     /// before the listeners open, in milliseconds.
     #[serde(default = "default_retained_load_timeout_ms")]
     pub retained_load_timeout_ms: u64,
+    /// The JetStream stream that holds the builtin users and their ACLs, one message per user.
+    #[serde(default = "default_users_stream")]
+    pub users_stream: String,
+    /// Its replica count when this node creates it (1, or 3 on a three-server NATS cluster).
+    #[serde(default = "default_replicas")]
+    pub users_replicas: usize,
     /// The JetStream KV bucket of the session registry (which node owns each client id).
     #[serde(default = "default_registry_bucket")]
     pub registry_bucket: String,
@@ -107,6 +113,9 @@ fn default_nats_lost_close_ms() -> u64 {
 fn default_retained_load_timeout_ms() -> u64 {
     10_000
 }
+fn default_users_stream() -> String {
+    "MESGD_USERS".to_owned()
+}
 fn default_registry_bucket() -> String {
     "mesgd_sessions".to_owned()
 }
@@ -133,6 +142,8 @@ impl fmt::Debug for ClusterConfig {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("nats_lost_close_ms", &self.nats_lost_close_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
+            .field("users_stream", &self.users_stream)
+            .field("users_replicas", &self.users_replicas)
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)
@@ -215,6 +226,13 @@ impl ClusterConfig {
                 why: "1 to 5",
             });
         }
+        if !(1..=5).contains(&self.users_replicas) {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "users_replicas",
+                value: self.users_replicas.to_string(),
+                why: "1 to 5",
+            });
+        }
         if !(1..=5).contains(&self.registry_replicas) {
             return Err(ClusterConfigError::OutOfRange {
                 key: "registry_replicas",
@@ -240,12 +258,20 @@ impl ClusterConfig {
                 why: "1 to 64 ASCII letters, digits, '-' or '_'",
             });
         }
-        let s = &self.retained_stream;
-        if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
+        for (key, s) in [("retained_stream", &self.retained_stream), ("users_stream", &self.users_stream)] {
+            if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
+                return Err(ClusterConfigError::OutOfRange {
+                    key,
+                    value: s.clone(),
+                    why: "a non-empty name without whitespace, '.', '/', '*' or '>'",
+                });
+            }
+        }
+        if self.users_stream == self.retained_stream {
             return Err(ClusterConfigError::OutOfRange {
-                key: "retained_stream",
-                value: s.clone(),
-                why: "a non-empty name without whitespace, '.', '/', '*' or '>'",
+                key: "users_stream",
+                value: self.users_stream.clone(),
+                why: "a stream other than retained_stream",
             });
         }
         Ok(())
@@ -311,6 +337,9 @@ mod tests {
             ("node = \"a\"\nqueue_capacity = 0", "queue_capacity"),
             ("node = \"a\"\nretained_replicas = 7", "retained_replicas"),
             ("node = \"a\"\nretained_stream = \"a.b\"", "retained_stream"),
+            ("node = \"a\"\nusers_stream = \"a b\"", "users_stream"),
+            ("node = \"a\"\nusers_stream = \"MESGD_RETAINED\"", "users_stream"),
+            ("node = \"a\"\nusers_replicas = 0", "users_replicas"),
             ("node = \"a\"\nregistry_bucket = \"a.b\"", "registry_bucket"),
             ("node = \"a\"\nregistry_bucket = \"\"", "registry_bucket"),
             ("node = \"a\"\nregistry_replicas = 0", "registry_replicas"),

@@ -28,6 +28,7 @@
 //! - `retained`: the retained stream, storing into it and following it.
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   and the takeover requests between nodes.
+//! - `users`: builtin users and their ACLs the same on every node, through a stream.
 //! - `wire`: message headers.
 //! - `stats`: the counters `/metrics` exposes.
 
@@ -38,6 +39,7 @@ mod lost;
 mod registry;
 mod retained;
 mod stats;
+mod users;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -86,6 +88,9 @@ pub enum StartError {
     /// not subscribed.
     #[error("JetStream session registry: {0}")]
     Registry(String),
+    /// The builtin users' stream cannot be created or followed.
+    #[error("JetStream users stream: {0}")]
+    Users(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -102,6 +107,8 @@ pub struct Cluster {
     registry_kv: async_nats::jetstream::kv::Store,
     registry_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    js: async_nats::jetstream::Context,
+    config: ClusterConfig,
 }
 
 impl Cluster {
@@ -113,6 +120,7 @@ impl Cluster {
         let stats = Arc::new(ClusterStats::default());
         let client = connect(config, &stats, true).await?;
         let js = async_nats::jetstream::new(client.clone());
+        let users_js = js.clone();
         let stream = retained::stream(&js, &config.retained_stream, config.retained_replicas).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
         let registry_kv = registry::bucket(&js, &config.registry_bucket, config.registry_replicas).await?;
@@ -194,7 +202,23 @@ impl Cluster {
             registry_kv,
             registry_task: std::sync::Mutex::new(Some(registry_task)),
             tasks: std::sync::Mutex::new(tasks),
+            js: users_js,
+            config: config.clone(),
         })
+    }
+
+    /// Keeps the builtin users and their ACLs of `directory` the same on every node (the
+    /// `users` module describes how): first applies what the cluster holds to this node's
+    /// store, waiting at most `retained_load_timeout_ms` for it, then follows both.
+    pub async fn replicate_users(
+        &self,
+        directory: Arc<mesgd_providers::builtin::UserDirectory>,
+    ) -> Result<(), StartError> {
+        let stream = users::stream(&self.js, &self.config.users_stream, self.config.users_replicas).await?;
+        let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
+        let task = users::start(self.js.clone(), &stream, directory, self.stats.clone(), wait).await?;
+        mesgd_core::sync::lock(&self.tasks).push(task);
+        Ok(())
     }
 
     /// The counters.

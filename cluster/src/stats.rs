@@ -48,6 +48,18 @@ pub struct ClusterStats {
     pub disconnects: AtomicU64,
     /// Client connections closed because NATS had been lost for `nats_lost_close_ms`.
     pub nats_lost_closes: AtomicU64,
+    /// Builtin user changes of this node stored in the users stream.
+    pub users_published: AtomicU64,
+    /// Builtin user changes that could not be stored in the users stream (retried).
+    pub users_publish_errors: AtomicU64,
+    /// Users from the stream written into this node's store.
+    pub users_applied: AtomicU64,
+    /// Users from the stream that could not be written into this node's store (retried).
+    pub users_apply_errors: AtomicU64,
+    /// Unusable messages in the users stream (ignored).
+    pub users_invalid: AtomicU64,
+    /// Users whose name is too long for a subject: kept on this node only.
+    pub users_unreplicable: AtomicU64,
     /// Client ids this node claimed in the session registry.
     pub registry_claims: AtomicU64,
     /// Compare-and-swap conflicts while claiming (another node wrote the record meanwhile).
@@ -177,6 +189,37 @@ impl ClusterStats {
                 "Client connections closed: NATS had been lost for nats_lost_close_ms",
                 Counter,
                 get(&self.nats_lost_closes),
+            ),
+            (
+                "users_published",
+                "Builtin user changes stored in the users stream",
+                Counter,
+                get(&self.users_published),
+            ),
+            (
+                "users_publish_errors",
+                "Builtin user changes not stored in the users stream (retried)",
+                Counter,
+                get(&self.users_publish_errors),
+            ),
+            (
+                "users_applied",
+                "Users from the stream written into this node's store",
+                Counter,
+                get(&self.users_applied),
+            ),
+            (
+                "users_apply_errors",
+                "Users from the stream not written into this node's store (retried)",
+                Counter,
+                get(&self.users_apply_errors),
+            ),
+            ("users_invalid", "Unusable messages in the users stream", Counter, get(&self.users_invalid)),
+            (
+                "users_unreplicable",
+                "Users whose name is too long for a subject (this node only)",
+                Counter,
+                get(&self.users_unreplicable),
             ),
             (
                 "registry_claims",

@@ -131,6 +131,11 @@ impl UserDirectory {
         &self.inner.store
     }
 
+    /// Every user as the broker sees it now (the copy the last poll installed), by username.
+    pub fn records(&self) -> Arc<HashMap<String, Arc<UserRecord>>> {
+        self.inner.snapshot.load_full()
+    }
+
     /// Sets the pause between two checks for changes (clamped to 10 ms .. 60 s).
     pub fn set_poll_interval(&self, interval: Duration) {
         let ms = interval.as_millis().clamp(10, 60_000) as u64;

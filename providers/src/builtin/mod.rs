@@ -9,6 +9,7 @@
 //! - [`password`]: PBKDF2-HMAC-SHA256 hashes (and bcrypt verification).
 //! - [`live`]: the [`UserDirectory`], the broker's in-memory view of the store that follows
 //!   changes and pushes them to connected clients.
+//! - [`replica`]: users as a cluster replicates them between nodes' stores.
 //! - [`provider`]: the `builtin` provider ([`BuiltinProvider`], [`BuiltinFactory`]).
 //! - [`lookup`]: reading one user from the store when the copy lacks it, bounded.
 //! - `cache`: remembered password checks.
@@ -27,6 +28,7 @@ pub mod live;
 pub mod lookup;
 pub mod password;
 pub mod provider;
+pub mod replica;
 mod schema;
 pub mod store;
 
@@ -38,6 +40,7 @@ pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, 
 pub use live::UserDirectory;
 pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
+pub use replica::{ReplicaError, ReplicatedUser};
 pub use store::{
     AuthType, CONFIG_DB_FILE, Store, StoreError, UserChanges, UserQuery, UserRecord, config_db_path,
 };

@@ -1,0 +1,144 @@
+//! Builtin users and their ACLs on every node of a cluster, over a real nats-server
+//! (`nats-server -js` on a loopback port): a user added with the real `mesgd user` command on
+//! one node's store logs in on another, an ACL change made on one node reaches a client
+//! connected to another, disabling on one node closes the user's connection on the other,
+//! a removal is applied everywhere, and a node that joins later gets every user. The delay from
+//! the command's exit to the other node applying the change is printed (it is measured, not
+//! asserted: the machine may be slow).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::auth::{Storage, disconnect_reason, raw_login};
+use common::nats::{NatsServer, cluster};
+use common::packets::{publish_packet, subscribe_packet};
+use common::{TestServer, within};
+use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
+use mesgd_providers::builtin::{UserDirectory, UserRecord};
+
+/// A node on `storage` whose only provider is the builtin store, polled every 50 ms.
+async fn node(storage: &Storage, nats: &NatsServer, name: &str) -> TestServer {
+    TestServer::start_on(
+        storage,
+        &format!(
+            "[auth]\nallow_anonymous = false\n[[auth.providers]]\ntype = \"builtin\"\npoll_interval_ms = 50\n\
+             [mqtt]\nsys_interval = 0\n[cluster]\nnode = {name:?}\nnats = [{:?}]\n",
+            nats.url
+        ),
+    )
+    .await
+}
+
+fn directory(server: &TestServer) -> Arc<UserDirectory> {
+    let server = server.server.as_ref().expect("running");
+    server.context().services().get::<UserDirectory>().expect("the builtin store is open")
+}
+
+/// Waits until `server`'s directory has installed a copy of the store in which `done` holds
+/// for `username`'s record; returns how long that took from `since`.
+async fn applied(
+    server: &TestServer,
+    username: &str,
+    since: Instant,
+    done: impl Fn(Option<&UserRecord>) -> bool,
+) -> Duration {
+    let directory = directory(server);
+    let mut changes = directory.changes();
+    within(&format!("{username}'s change to reach the node"), async {
+        while !done(directory.records().get(username).map(|r| &**r)) {
+            changes.changed().await.expect("directory running");
+        }
+    })
+    .await;
+    since.elapsed()
+}
+
+async fn login(server: &TestServer, id: &str, user: &str, password: &[u8]) -> (common::Raw, ReasonCode) {
+    raw_login(server.addr, ProtocolVersion::V5, id, Some(user), Some(password)).await
+}
+
+/// A QoS 1 publish's PUBACK reason code.
+async fn publish_reason(raw: &mut common::Raw, topic: &str, id: u16) -> ReasonCode {
+    raw.send(&publish_packet(topic, 1, Some(id), false, Some(&[]), b"x")).await;
+    match raw.recv().await {
+        Some(Packet::PubAck(a)) => a.reason_code,
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_users_and_their_acls_are_the_same_on_every_node() {
+    let nats = NatsServer::start().await;
+    let (store_a, store_b) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let b = node(&store_b, &nats, "b").await;
+
+    // Added on a with the command line; b applies it and ann logs in there with her password.
+    let started = Instant::now();
+    store_a.add_user("ann", "ann-secret").await;
+    store_a.add_rule("ann", "t/#", "readwrite").await;
+    let took = applied(&b, "ann", started, |r| r.is_some_and(|r| r.rules.len() == 1)).await;
+    println!("user add + rule on a, applied on b after {took:?} (both commands included)");
+    let (mut on_b, code) = login(&b, "ann-b", "ann", b"ann-secret").await;
+    assert_eq!(code, ReasonCode::Success);
+    let (_, code) = login(&b, "ann-b2", "ann", b"wrong").await;
+    assert_eq!(code, ReasonCode::BadUserNameOrPassword);
+    // 0x10 No matching subscribers: accepted (nobody reads t/1).
+    assert_eq!(publish_reason(&mut on_b, "t/1", 1).await, ReasonCode::NoMatchingSubscribers);
+
+    // A rule change on a reaches ann's connection on b without a reconnect.
+    let started = Instant::now();
+    store_a.mesgd(&["acl", "remove", "ann", "--pattern", "t/#"], "").await;
+    store_a.add_rule("ann", "t/#", "read").await;
+    let took = applied(&b, "ann", started, |r| {
+        r.is_some_and(|r| r.rules.len() == 1 && r.rules[0].permission.as_str() == "read")
+    })
+    .await;
+    println!("rule change on a, applied on b after {took:?} (both commands included)");
+    assert_eq!(publish_reason(&mut on_b, "t/1", 2).await, ReasonCode::NotAuthorized);
+    on_b.send(&subscribe_packet(3, "t/#", 1, true)).await;
+    assert!(matches!(on_b.recv().await, Some(Packet::SubAck(_))), "reading is still allowed");
+
+    // Disabled on b: ann's connection on a is closed as not authorized.
+    let (mut on_a, code) = login(&a, "ann-a", "ann", b"ann-secret").await;
+    assert_eq!(code, ReasonCode::Success);
+    let started = Instant::now();
+    store_b.mesgd(&["user", "disable", "ann"], "").await;
+    assert_eq!(disconnect_reason(&mut on_a).await, Some(ReasonCode::NotAuthorized));
+    println!("disable on b, ann's connection on a closed after {:?}", started.elapsed());
+    assert_eq!(disconnect_reason(&mut on_b).await, Some(ReasonCode::NotAuthorized));
+    let (_, code) = login(&a, "ann-a", "ann", b"ann-secret").await;
+    assert_eq!(code, ReasonCode::NotAuthorized);
+
+    // Removed on a: gone from b's store too.
+    store_a.mesgd(&["user", "remove", "ann"], "").await;
+    applied(&b, "ann", Instant::now(), |r| r.is_none()).await;
+    let b_store = directory(&b);
+    assert!(b_store.store().user("ann").expect("store readable").is_none());
+
+    // A node that joins later gets every user, and its own users join the cluster.
+    store_a.add_user("bob", "bob-secret").await;
+    applied(&b, "bob", Instant::now(), |r| r.is_some()).await;
+    let store_c = Storage::new();
+    store_c.add_user("cid", "cid-secret").await;
+    let c = node(&store_c, &nats, "c").await;
+    assert!(directory(&c).records().contains_key("bob"), "loaded before the listeners opened");
+    assert!(!directory(&c).records().contains_key("ann"), "the removal is in the stream too");
+    let (_, code) = login(&c, "bob-c", "bob", b"bob-secret").await;
+    assert_eq!(code, ReasonCode::Success);
+    applied(&a, "cid", Instant::now(), |r| r.is_some()).await;
+    let (_, code) = login(&a, "cid-a", "cid", b"cid-secret").await;
+    assert_eq!(code, ReasonCode::Success);
+
+    let stats = cluster(&a).stats();
+    let published = stats.users_published.load(std::sync::atomic::Ordering::Relaxed);
+    // ann added, given a rule, the rule replaced (two commands), removed; bob added.
+    assert!(published >= 5, "a published its changes: {published}");
+    for server in [&a, &b, &c] {
+        let s = cluster(server).stats();
+        assert_eq!(s.users_invalid.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(s.users_apply_errors.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}
