@@ -134,8 +134,9 @@ async fn builtin_users_and_their_acls_are_the_same_on_every_node() {
 
     let stats = cluster(&a).stats();
     let published = stats.users_published.load(std::sync::atomic::Ordering::Relaxed);
-    // ann added, given a rule, the rule replaced (two commands), removed; bob added.
-    assert!(published >= 5, "a published its changes: {published}");
+    // ann added with her rule, the rule replaced, ann removed, bob added (commands that land
+    // within one poll of each other are one change).
+    assert!(published >= 4, "a published its changes: {published}");
     for server in [&a, &b, &c] {
         let s = cluster(server).stats();
         assert_eq!(s.users_invalid.load(std::sync::atomic::Ordering::Relaxed), 0);

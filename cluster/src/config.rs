@@ -55,6 +55,16 @@ pub struct ClusterConfig {
     /// before the listeners open, in milliseconds.
     #[serde(default = "default_retained_load_timeout_ms")]
     pub retained_load_timeout_ms: u64,
+    /// How long a node's lease lasts without being renewed, in milliseconds: a node that dies
+    /// has its lease taken over, and its clients' wills sent, this long after its last renewal.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// The KV bucket of the wills of live connections (`<node>.<client key>`).
+    #[serde(default = "default_wills_bucket")]
+    pub wills_bucket: String,
+    /// The KV bucket of the nodes' leases.
+    #[serde(default = "default_nodes_bucket")]
+    pub nodes_bucket: String,
     /// The JetStream stream that holds the builtin users and their ACLs, one message per user.
     #[serde(default = "default_users_stream")]
     pub users_stream: String,
@@ -113,6 +123,15 @@ fn default_nats_lost_close_ms() -> u64 {
 fn default_retained_load_timeout_ms() -> u64 {
     10_000
 }
+fn default_lease_ms() -> u64 {
+    10_000
+}
+fn default_wills_bucket() -> String {
+    "mesgd_wills".to_owned()
+}
+fn default_nodes_bucket() -> String {
+    "mesgd_nodes".to_owned()
+}
 fn default_users_stream() -> String {
     "MESGD_USERS".to_owned()
 }
@@ -142,6 +161,9 @@ impl fmt::Debug for ClusterConfig {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("nats_lost_close_ms", &self.nats_lost_close_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
+            .field("lease_ms", &self.lease_ms)
+            .field("wills_bucket", &self.wills_bucket)
+            .field("nodes_bucket", &self.nodes_bucket)
             .field("users_stream", &self.users_stream)
             .field("users_replicas", &self.users_replicas)
             .field("registry_bucket", &self.registry_bucket)
@@ -247,15 +269,35 @@ impl ClusterConfig {
                 why: "at least 1",
             });
         }
-        let b = &self.registry_bucket;
-        if b.is_empty()
-            || b.len() > 64
-            || !b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        {
+        for (key, b) in [
+            ("registry_bucket", &self.registry_bucket),
+            ("wills_bucket", &self.wills_bucket),
+            ("nodes_bucket", &self.nodes_bucket),
+        ] {
+            if b.is_empty()
+                || b.len() > 64
+                || !b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+            {
+                return Err(ClusterConfigError::OutOfRange {
+                    key,
+                    value: b.clone(),
+                    why: "1 to 64 ASCII letters, digits, '-' or '_'",
+                });
+            }
+        }
+        let buckets = [&self.registry_bucket, &self.wills_bucket, &self.nodes_bucket];
+        if buckets[0] == buckets[1] || buckets[0] == buckets[2] || buckets[1] == buckets[2] {
             return Err(ClusterConfigError::OutOfRange {
-                key: "registry_bucket",
-                value: b.clone(),
-                why: "1 to 64 ASCII letters, digits, '-' or '_'",
+                key: "wills_bucket",
+                value: self.wills_bucket.clone(),
+                why: "registry_bucket, wills_bucket and nodes_bucket must differ",
+            });
+        }
+        if self.lease_ms < 300 {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "lease_ms",
+                value: self.lease_ms.to_string(),
+                why: "at least 300",
             });
         }
         for (key, s) in [("retained_stream", &self.retained_stream), ("users_stream", &self.users_stream)] {
@@ -340,6 +382,9 @@ mod tests {
             ("node = \"a\"\nusers_stream = \"a b\"", "users_stream"),
             ("node = \"a\"\nusers_stream = \"MESGD_RETAINED\"", "users_stream"),
             ("node = \"a\"\nusers_replicas = 0", "users_replicas"),
+            ("node = \"a\"\nlease_ms = 10", "lease_ms"),
+            ("node = \"a\"\nwills_bucket = \"a.b\"", "wills_bucket"),
+            ("node = \"a\"\nnodes_bucket = \"mesgd_wills\"", "wills_bucket"),
             ("node = \"a\"\nregistry_bucket = \"a.b\"", "registry_bucket"),
             ("node = \"a\"\nregistry_bucket = \"\"", "registry_bucket"),
             ("node = \"a\"\nregistry_replicas = 0", "registry_replicas"),

@@ -29,6 +29,8 @@
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   and the takeover requests between nodes.
 //! - `users`: builtin users and their ACLs the same on every node, through a stream.
+//! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
+//!   takes its lease over.
 //! - `wire`: message headers.
 //! - `stats`: the counters `/metrics` exposes.
 
@@ -40,6 +42,7 @@ mod registry;
 mod retained;
 mod stats;
 mod users;
+mod wills;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -109,6 +112,7 @@ pub struct Cluster {
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
     js: async_nats::jetstream::Context,
     config: ClusterConfig,
+    wills_kv: async_nats::jetstream::kv::Store,
 }
 
 impl Cluster {
@@ -169,7 +173,29 @@ impl Cluster {
             synced: groups_synced_tx,
         };
         let registry_task = registry.serve().await?;
-        let tasks = vec![
+        let wills = wills::Wills {
+            wills: registry::named_bucket(
+                &js,
+                &config.wills_bucket,
+                config.registry_replicas,
+                "mesgd wills of live connections",
+                -1,
+            )
+            .await?,
+            nodes: registry::named_bucket(
+                &js,
+                &config.nodes_bucket,
+                config.registry_replicas,
+                "mesgd node leases",
+                1024,
+            )
+            .await?,
+            registry: registry_kv.clone(),
+            lease: Duration::from_millis(config.lease_ms),
+        };
+        let wills_kv = wills.wills.clone();
+        let will_tasks = wills::start(wills, broker, me.clone(), stats.clone()).await?;
+        let mut tasks = vec![
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
@@ -181,6 +207,7 @@ impl Cluster {
                 stats.clone(),
             )),
         ];
+        tasks.extend(will_tasks);
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);
         broker.set_session_registry(Arc::new(registry.clone()));
@@ -204,7 +231,20 @@ impl Cluster {
             tasks: std::sync::Mutex::new(tasks),
             js: users_js,
             config: config.clone(),
+            wills_kv,
         })
+    }
+
+    /// The keys (`<node>.<client key>`) of every will kept in the wills bucket: the live
+    /// connections with a will on every node, and those of dead nodes not yet sent. One pass
+    /// over the bucket, for operators and tests.
+    pub async fn kept_wills(&self) -> Result<Vec<String>, String> {
+        let mut keys = self.wills_kv.keys().await.map_err(|e| e.to_string())?;
+        let mut all = Vec::new();
+        while let Some(key) = keys.next().await {
+            all.push(key.map_err(|e| e.to_string())?);
+        }
+        Ok(all)
     }
 
     /// Keeps the builtin users and their ACLs of `directory` the same on every node (the

@@ -48,6 +48,25 @@ pub struct ClusterStats {
     pub disconnects: AtomicU64,
     /// Client connections closed because NATS had been lost for `nats_lost_close_ms`.
     pub nats_lost_closes: AtomicU64,
+    /// Wills of live connections kept in the wills bucket.
+    pub wills_kept: AtomicU64,
+    /// Wills that could not be kept cluster-wide (NATS down, the queue full, an id too long):
+    /// sent by this node only.
+    pub wills_unkept: AtomicU64,
+    /// Will changes dropped because the queue to the bucket was full.
+    pub wills_queue_full: AtomicU64,
+    /// Kept wills whose record could not be deleted at the connection's end.
+    pub wills_release_errors: AtomicU64,
+    /// Lease records this node could not rewrite.
+    pub lease_errors: AtomicU64,
+    /// Leases of dead nodes this node took over.
+    pub leases_taken: AtomicU64,
+    /// Wills of dead nodes (or of this node's previous instance) this node sent.
+    pub wills_sent: AtomicU64,
+    /// Wills of dead nodes not sent: delayed, and the client connected again elsewhere.
+    pub wills_cancelled: AtomicU64,
+    /// Kept wills that could not be read.
+    pub wills_unread: AtomicU64,
     /// Builtin user changes of this node stored in the users stream.
     pub users_published: AtomicU64,
     /// Builtin user changes that could not be stored in the users stream (retried).

@@ -54,12 +54,25 @@ pub(crate) async fn bucket(
     name: &str,
     replicas: usize,
 ) -> Result<kv::Store, crate::StartError> {
+    let description = "mesgd session registry: the node owning each MQTT client id";
+    named_bucket(js, name, replicas, description, i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX)).await
+}
+
+/// A KV bucket that keeps one value per key (`max_message_size` -1: the server's limit), made
+/// through the stream API because async-nats's bucket creation needs a newer nats-server.
+pub(crate) async fn named_bucket(
+    js: &jetstream::Context,
+    name: &str,
+    replicas: usize,
+    description: &str,
+    max_message_size: i32,
+) -> Result<kv::Store, crate::StartError> {
     let config = stream::Config {
         name: format!("KV_{name}"),
-        description: Some("mesgd session registry: the node owning each MQTT client id".to_owned()),
+        description: Some(description.to_owned()),
         subjects: vec![format!("$KV.{name}.>")],
         max_messages_per_subject: 1,
-        max_message_size: i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX),
+        max_message_size,
         storage: StorageType::File,
         num_replicas: replicas,
         allow_rollup: true,

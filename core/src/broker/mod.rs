@@ -92,6 +92,7 @@ pub struct Broker {
     journal: OnceLock<Arc<dyn Journal>>,
     forward: OnceLock<Arc<dyn Forward>>,
     registry: OnceLock<Arc<dyn SessionRegistry>>,
+    wills: OnceLock<Arc<dyn crate::cluster::wills::WillKeeper>>,
     /// The monotonic and the wall clock at one instant: wall times are derived from `now`.
     epoch: (Instant, SystemTime),
 }
@@ -114,6 +115,7 @@ impl Broker {
             journal: OnceLock::new(),
             forward: OnceLock::new(),
             registry: OnceLock::new(),
+            wills: OnceLock::new(),
             epoch: (now, wall),
         }
     }
@@ -280,6 +282,9 @@ impl Broker {
         will: Option<Will>,
         now: Instant,
     ) {
+        if let Some(keeper) = self.wills.get() {
+            keeper.release(session.client_id(), generation);
+        }
         if !session.detach(generation, now) {
             // Taken over: the session lives on in the new connection, so a delayed will is not
             // sent (the client reconnected within the delay); an immediate one is.
@@ -352,6 +357,19 @@ impl Broker {
     /// claims its client id there first.
     pub fn set_session_registry(&self, registry: Arc<dyn SessionRegistry>) {
         let _ = self.registry.set(registry);
+    }
+
+    /// Installs the cluster's keeper of live connections' wills (once).
+    pub fn set_will_keeper(&self, keeper: Arc<dyn crate::cluster::wills::WillKeeper>) {
+        let _ = self.wills.set(keeper);
+    }
+
+    /// A connection with a will was admitted: in a cluster, its will is kept where the node
+    /// that takes over this one's lease finds it, should this node die.
+    pub fn will_attached(&self, session: &Session, generation: u64, will: &Will) {
+        if let Some(keeper) = self.wills.get() {
+            keeper.keep(session.client_id(), generation, will);
+        }
     }
 
     fn finish_session(&self, session: &Arc<Session>) {

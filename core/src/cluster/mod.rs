@@ -12,6 +12,7 @@
 //! - [`dedupe`]: delivering a message that arrived on several NATS subscriptions once.
 //! - [`client_key`]: the injective client id → NATS KV key escaping.
 //! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
+//! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
 //! - this file: the [`Interest`] seam of the router.
 
 pub mod client_key;
@@ -20,6 +21,7 @@ pub mod registry;
 pub mod subject;
 #[cfg(test)]
 mod subject_tests;
+pub mod wills;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

@@ -1,0 +1,114 @@
+//! Wills of a node that dies: a real `mesgd` process as node a, killed with SIGKILL while two
+//! clients are connected to it with wills (one of them had disconnected cleanly before, so its
+//! will must not go out); in-process nodes b and c, over a real nats-server. Exactly one of b
+//! and c takes a's lease over and sends the will of the client that was still connected, once.
+
+mod common;
+#[path = "common/daemon.rs"]
+#[allow(unreachable_pub, dead_code)]
+mod daemon;
+
+use std::sync::atomic::Ordering;
+
+use common::nats::{NatsServer, cluster, synced};
+use common::packets::{mqtt_str, packet};
+use common::{Raw, TestServer, v5, within};
+use daemon::Daemon;
+use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
+
+const LEASE_MS: u64 = 1000;
+
+async fn node(nats: &NatsServer, name: &str) -> TestServer {
+    TestServer::start(&format!(
+        "[cluster]\nnode = {name:?}\nnats = [{:?}]\nlease_ms = {LEASE_MS}\n",
+        nats.url
+    ))
+    .await
+}
+
+/// An MQTT 5 CONNECT (clean start) with a QoS 1 will on `topic`.
+fn connect_with_will(client_id: &str, topic: &str, payload: &[u8]) -> Vec<u8> {
+    let mut body = mqtt_str("MQTT");
+    body.push(5);
+    body.push(0x02 | 0x04 | (1 << 3));
+    body.extend_from_slice(&60u16.to_be_bytes());
+    body.push(0); // no properties
+    body.extend_from_slice(&mqtt_str(client_id));
+    body.push(0); // no will properties
+    body.extend_from_slice(&mqtt_str(topic));
+    body.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    body.extend_from_slice(payload);
+    packet(0x10, &body)
+}
+
+async fn connected(addr: std::net::SocketAddr, client_id: &str, topic: &str, payload: &[u8]) -> Raw {
+    let mut raw = Raw::open(addr, ProtocolVersion::V5).await;
+    raw.send(&connect_with_will(client_id, topic, payload)).await;
+    match raw.recv().await {
+        Some(Packet::ConnAck(c)) => assert_eq!(c.reason_code, ReasonCode::Success),
+        other => panic!("expected CONNACK, got {other:?}"),
+    }
+    raw
+}
+
+fn total(
+    servers: &[&TestServer],
+    pick: impl Fn(&mesgd_cluster::ClusterStats) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    servers.iter().map(|s| pick(cluster(s).stats()).load(Ordering::Relaxed)).sum()
+}
+
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    within(what, async {
+        while !done().await {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lease() {
+    let nats = NatsServer::start().await;
+    let b = node(&nats, "b").await;
+    let c = node(&nats, "c").await;
+    let (mut watcher, _) = v5::connect(v5::options("watcher", b.port())).await;
+    watcher.subscribe("will/#", v5::QoS::AtLeastOnce).await;
+    synced(&b).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("a.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\ndir = {:?}\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n\
+             [auth]\nallow_anonymous = true\n[cluster]\nnode = \"a\"\nnats = [{:?}]\nlease_ms = {LEASE_MS}\n",
+            dir.path().display().to_string(),
+            nats.url
+        ),
+    )
+    .unwrap();
+    let mut a = Daemon::start(&config, &["mqtt"]).await;
+    let on_a = a.addrs["mqtt"];
+
+    // One client leaves cleanly (no will), the other stays connected until a dies.
+    let mut polite = connected(on_a, "polite", "will/polite", b"polite gone").await;
+    let _stays = connected(on_a, "stays", "will/stays", b"stays gone").await;
+    polite.send(&packet(0xE0, &[])).await;
+    polite.until_closed().await;
+    eventually("a to keep exactly the will of the connected client", || async {
+        cluster(&b).kept_wills().await.expect("bucket readable") == ["a.stays"]
+    })
+    .await;
+
+    a.child.kill().await.expect("SIGKILL");
+    let will = watcher.next_publish().await;
+    assert_eq!((&will.topic[..], &will.payload[..]), (&b"will/stays"[..], &b"stays gone"[..]));
+    eventually("the record to be gone", || async {
+        cluster(&b).kept_wills().await.expect("readable").is_empty()
+    })
+    .await;
+    assert_eq!(total(&[&b, &c], |s| &s.leases_taken), 1, "one node took the lease over");
+    assert_eq!(total(&[&b, &c], |s| &s.wills_sent), 1, "the will was sent once");
+    assert_eq!(total(&[&b, &c], |s| &s.wills_unread), 0);
+}
