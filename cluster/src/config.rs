@@ -60,6 +60,14 @@ pub struct ClusterConfig {
     /// Server unavailable; past the second, the claim stands and the connect proceeds.
     #[serde(default = "default_registry_timeout_ms")]
     pub registry_timeout_ms: u64,
+    /// The relay across nodes: the JetStream KV bucket naming the node that holds each relay
+    /// address, and the stream of the store-and-forward queues of offline addresses (their
+    /// replica counts are `registry_replicas`).
+    #[serde(default = "default_relay_bucket")]
+    pub relay_bucket: String,
+    /// See `relay_bucket`.
+    #[serde(default = "default_relay_queue_stream")]
+    pub relay_queue_stream: String,
 }
 
 /// `[cluster.tls]`: TLS towards the NATS servers.
@@ -104,6 +112,12 @@ fn default_registry_bucket() -> String {
 fn default_registry_timeout_ms() -> u64 {
     2000
 }
+fn default_relay_bucket() -> String {
+    "mesgd_relay".to_owned()
+}
+fn default_relay_queue_stream() -> String {
+    "MESGD_RELAY_QUEUE".to_owned()
+}
 fn default_true() -> bool {
     true
 }
@@ -126,6 +140,8 @@ impl fmt::Debug for ClusterConfig {
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)
+            .field("relay_bucket", &self.relay_bucket)
+            .field("relay_queue_stream", &self.relay_queue_stream)
             .finish()
     }
 }
@@ -219,24 +235,28 @@ impl ClusterConfig {
                 why: "at least 1",
             });
         }
-        let b = &self.registry_bucket;
-        if b.is_empty()
-            || b.len() > 64
-            || !b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        {
-            return Err(ClusterConfigError::OutOfRange {
-                key: "registry_bucket",
-                value: b.clone(),
-                why: "1 to 64 ASCII letters, digits, '-' or '_'",
-            });
+        for (key, b) in [("registry_bucket", &self.registry_bucket), ("relay_bucket", &self.relay_bucket)] {
+            if b.is_empty()
+                || b.len() > 64
+                || !b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+            {
+                return Err(ClusterConfigError::OutOfRange {
+                    key,
+                    value: b.clone(),
+                    why: "1 to 64 ASCII letters, digits, '-' or '_'",
+                });
+            }
         }
-        let s = &self.retained_stream;
-        if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
-            return Err(ClusterConfigError::OutOfRange {
-                key: "retained_stream",
-                value: s.clone(),
-                why: "a non-empty name without whitespace, '.', '/', '*' or '>'",
-            });
+        for (key, s) in
+            [("retained_stream", &self.retained_stream), ("relay_queue_stream", &self.relay_queue_stream)]
+        {
+            if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
+                return Err(ClusterConfigError::OutOfRange {
+                    key,
+                    value: s.clone(),
+                    why: "a non-empty name without whitespace, '.', '/', '*' or '>'",
+                });
+            }
         }
         Ok(())
     }

@@ -28,12 +28,15 @@
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   and the takeover requests between nodes.
 //! - `wire`: message headers.
+//! - `relay`: the relay across nodes (addresses, direct sends, store-and-forward queues),
+//!   attached by the relay front end with [`Cluster::attach_relay`].
 //! - `stats`: the counters `/metrics` exposes.
 
 mod config;
 mod interest;
 mod live;
 mod registry;
+mod relay;
 mod retained;
 mod stats;
 mod wire;
@@ -51,6 +54,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
+pub use self::relay::RelayClusterStats;
 pub use self::stats::{ClusterStats, Kind};
 pub use self::wire::WireError;
 
@@ -84,6 +88,10 @@ pub enum StartError {
     /// not subscribed.
     #[error("JetStream session registry: {0}")]
     Registry(String),
+    /// The relay's address bucket or queue stream cannot be created or opened, or its subject
+    /// not subscribed.
+    #[error("JetStream relay state: {0}")]
+    Relay(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -100,6 +108,8 @@ pub struct Cluster {
     registry_kv: async_nats::jetstream::kv::Store,
     registry_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    me: live::Identity,
+    relay_setup: relay::RelaySetup,
 }
 
 impl Cluster {
@@ -163,7 +173,7 @@ impl Cluster {
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
-            tokio::spawn(retained::store_loop(js, broker.clone(), me, retained_rx, stats.clone())),
+            tokio::spawn(retained::store_loop(js, broker.clone(), me.clone(), retained_rx, stats.clone())),
         ];
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);
@@ -186,7 +196,37 @@ impl Cluster {
             registry_kv,
             registry_task: std::sync::Mutex::new(Some(registry_task)),
             tasks: std::sync::Mutex::new(tasks),
+            me,
+            relay_setup: relay::RelaySetup {
+                bucket: config.relay_bucket.clone(),
+                stream: config.relay_queue_stream.clone(),
+                replicas: config.registry_replicas,
+                timeout: Duration::from_millis(config.registry_timeout_ms),
+                capacity: config.queue_capacity,
+            },
         })
+    }
+
+    /// Takes the relay across nodes: creates (or finds) the relay's address bucket and queue
+    /// stream, answers other nodes' relay requests, and returns the seam the relay hub sends
+    /// through. `local` writes to this node's relay clients; `limits` are the relay's queue
+    /// limits (the stream is created with them).
+    pub async fn attach_relay(
+        &self,
+        local: Arc<dyn mesgd_core::cluster::relay::LocalRelay>,
+        limits: mesgd_core::relay::QueueLimits,
+    ) -> Result<Arc<dyn mesgd_core::cluster::relay::RelayCluster>, StartError> {
+        let (node, tasks) = relay::RelayNode::start(
+            self.client.clone(),
+            &self.me,
+            &self.relay_setup,
+            local,
+            limits,
+            self.stats.clone(),
+        )
+        .await?;
+        mesgd_core::sync::lock(&self.tasks).extend(tasks);
+        Ok(Arc::new(node))
     }
 
     /// The counters.

@@ -1,0 +1,136 @@
+//! The relay's seams to the cluster: what the relay front end asks of the cluster layer
+//! ([`RelayCluster`]: claim an address cluster-wide, send to an address held on another node
+//! or offline) and what the cluster layer asks of the relay ([`LocalRelay`]: write a frame to a
+//! client of this node), and how an address names its records and subjects in NATS.
+//!
+//! Without `[cluster]` neither is installed and the relay keeps everything on its node.
+//! `docs/cluster.md` ("The relay across nodes") describes the design.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::client_key;
+use crate::relay::RelayError;
+
+/// The future of [`RelayCluster::claim`]: the backlog queued in the cluster for the address,
+/// oldest first, already taken out of the cluster's queue.
+pub type RelayClaimFuture = Pin<Box<dyn Future<Output = Result<Vec<Bytes>, RelayError>> + Send>>;
+
+/// What became of a message sent through the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteOutcome {
+    /// Written into the outbox of the recipient on another node.
+    Live,
+    /// Stored in the cluster's store-and-forward queue of the address.
+    Queued,
+    /// Refused: the sender is told this error.
+    Failed(RelayError),
+}
+
+/// A message for an address this node does not hold.
+pub struct RemoteSend {
+    /// The recipient address.
+    pub to: Arc<str>,
+    /// The frame body for a live delivery (`kind: "live"`).
+    pub live: Bytes,
+    /// The frame body for the offline queue (`kind: "queued"`).
+    pub queued: Bytes,
+    /// Called once with the outcome, from the cluster's task (it tells the sender).
+    pub done: Box<dyn FnOnce(RemoteOutcome) + Send>,
+}
+
+impl fmt::Debug for RemoteSend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Bodies are client content: lengths only.
+        f.debug_struct("RemoteSend")
+            .field("to", &self.to)
+            .field("live_len", &self.live.len())
+            .field("queued_len", &self.queued.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The relay's view of the cluster, installed in the relay hub by the cluster layer.
+pub trait RelayCluster: Send + Sync + fmt::Debug {
+    /// Claims `addr` for this node cluster-wide, after the broker admitted it here. `address
+    /// in use` while a live client holds it on another node; `relay overloaded, retry later`
+    /// when the cluster cannot be reached in time. On success the address's backlog from the
+    /// cluster's queue is returned (and removed from it), to be flushed before `registered`.
+    fn claim(&self, addr: Arc<str>) -> RelayClaimFuture;
+    /// `addr` is now in this node's directory (`registered` was sent): messages queued while
+    /// it was being registered are flushed now.
+    fn registered(&self, addr: &str);
+    /// `addr` left this node (or its registration failed after [`RelayClaimFuture`]
+    /// succeeded): its record goes, if it still names this node.
+    fn released(&self, addr: &str);
+    /// Sends a message to an address this node does not hold. Never waits: `relay overloaded,
+    /// retry later` when the queue to the cluster is full; otherwise `done` is called later.
+    fn send(&self, send: RemoteSend) -> Result<(), RelayError>;
+}
+
+/// What became of a frame written to a client of this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LocalDelivery {
+    /// Written into the client's outbox.
+    Written,
+    /// No client of this node holds the address (or it is closing).
+    NotHere,
+    /// The frame is over the client's transport limit.
+    TooLarge,
+}
+
+/// The cluster's view of this node's relay, installed by the relay front end.
+pub trait LocalRelay: Send + Sync + fmt::Debug {
+    /// Writes `body` (a complete frame body) to the client holding `addr` on this node.
+    fn deliver(&self, addr: &str, body: &[u8]) -> LocalDelivery;
+    /// Whether a client of this node holds `addr`.
+    fn holds(&self, addr: &str) -> bool;
+}
+
+/// The one-token name of an address in NATS: its [`client_key`] escaping (`bob` → `bob`,
+/// `a.b` → `a=2Eb`), prefixed `a.`; an address whose escaping would be too long for a subject
+/// (a 256-character address of 4-byte characters) is `h.` and the lowercase hex of the
+/// SHA-256 of its UTF-8. Two tokens either way, injective in practice (a collision needs one of
+/// SHA-256).
+pub fn address_token(addr: &str) -> String {
+    match client_key::encode(addr) {
+        Ok(key) => format!("a.{key}"),
+        Err(_) => {
+            let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, addr.as_bytes());
+            let mut out = String::with_capacity(66);
+            out.push_str("h.");
+            for b in digest.as_ref() {
+                out.push_str(&format!("{b:02x}"));
+            }
+            out
+        }
+    }
+}
+
+/// The subject a node receives relay requests on: `mesgd.relay.<node>`.
+pub fn node_subject(node: &str) -> String {
+    format!("mesgd.relay.{node}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_tokens() {
+        assert_eq!(address_token("bob"), "a.bob");
+        assert_eq!(address_token("a.b"), "a.a=2Eb");
+        assert_eq!(address_token(""), "a.=");
+        let long = "😀".repeat(256);
+        let token = address_token(&long);
+        assert!(token.starts_with("h.") && token.len() == 66, "{token}");
+        assert_ne!(address_token(&"😀".repeat(255)), token);
+        assert_eq!(node_subject("b"), "mesgd.relay.b");
+    }
+}

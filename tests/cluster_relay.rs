@@ -1,0 +1,147 @@
+//! The relay across nodes over a real nats-server (`nats-server -js` on a loopback port) and
+//! three in-process mesgd nodes with real relay clients over TCP and WebSocket: direct sends
+//! to a client on another node, the cluster-wide store-and-forward queue flushed by the node
+//! an address registers on next, and one holder per address in the whole cluster.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::nats::{NatsServer, cluster, node};
+use common::relay::{Client, Kind, LISTENERS};
+use common::{TestServer, within};
+use serde_json::json;
+
+async fn relay_node(nats: &NatsServer, name: &str) -> TestServer {
+    node(nats, name, LISTENERS).await
+}
+
+fn relay_stat(server: &TestServer, pick: fn(&mesgd_cluster::RelayClusterStats) -> u64) -> u64 {
+    pick(&cluster(server).stats().relay)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_a_sends_to_an_address_on_b_and_to_one_that_registers_later_on_c() {
+    let nats = NatsServer::start().await;
+    let a = relay_node(&nats, "a").await;
+    let b = relay_node(&nats, "b").await;
+    let c = relay_node(&nats, "c").await;
+    let mut alice = Client::connect(&a, Kind::Tcp).await;
+    alice.register("alice").await;
+    let mut bob = Client::connect(&b, Kind::Ws).await;
+    bob.register("bob").await;
+
+    // Live to another node, and the recipient's ack back.
+    alice.send(json!({"t": "send", "to": "bob", "ct": "hello bob", "id": "m1"})).await;
+    let got = bob.expect("deliver").await;
+    assert_eq!(
+        (&got["from"], &got["ct"], &got["id"], &got["kind"]),
+        (&json!("alice"), &json!("hello bob"), &json!("m1"), &json!("live")),
+        "{got}"
+    );
+    bob.send(json!({"t": "ack", "to": "alice", "id": "m1"})).await;
+    let ack = alice.expect("ack").await;
+    assert_eq!((&ack["id"], &ack["from"]), (&json!("m1"), &json!("bob")), "{ack}");
+
+    // Offline everywhere: queued in the cluster, each answered `queued`.
+    for i in 0..3 {
+        alice.send(json!({"t": "send", "to": "carol", "ct": format!("c{i}"), "pub": "K"})).await;
+        let queued = alice.expect("queued").await;
+        assert_eq!(queued["to"], "carol");
+    }
+    // Carol registers on a third node: the backlog, in order, before `registered`.
+    let mut carol = Client::connect(&c, Kind::Tcp).await;
+    carol.send(json!({"t": "register", "addr": "carol"})).await;
+    for i in 0..3 {
+        let got = carol.expect("deliver").await;
+        assert_eq!(
+            (&got["from"], &got["ct"], &got["pub"], &got["kind"]),
+            (&json!("alice"), &json!(format!("c{i}")), &json!("K"), &json!("queued")),
+            "{got}"
+        );
+    }
+    let registered = carol.expect("registered").await;
+    assert_eq!((&registered["addr"], &registered["queued"]), (&json!("carol"), &json!(3)));
+
+    // Now online on c: live from a.
+    alice.send(json!({"t": "send", "to": "carol", "ct": "live now"})).await;
+    let got = carol.expect("deliver").await;
+    assert_eq!((&got["ct"], &got["kind"]), (&json!("live now"), &json!("live")), "{got}");
+
+    // Taken out exactly once: carol registering again elsewhere finds nothing queued.
+    drop(carol);
+    let mut again = Client::connect(&b, Kind::Ws).await;
+    let registered = register_when_free(&mut again, "carol").await;
+    assert_eq!(registered["queued"], 0, "{registered}");
+
+    assert_eq!(relay_stat(&a, |s| s.sent_remote.load(Ordering::Relaxed)), 2, "bob and carol, live");
+    assert_eq!(relay_stat(&a, |s| s.queued.load(Ordering::Relaxed)), 3);
+    assert_eq!(relay_stat(&b, |s| s.sent_remote.load(Ordering::Relaxed)), 1, "the ack");
+    assert_eq!(relay_stat(&b, |s| s.received.load(Ordering::Relaxed)), 1);
+    assert_eq!(relay_stat(&c, |s| s.flushed.load(Ordering::Relaxed)), 3);
+    assert_eq!(relay_stat(&c, |s| s.received.load(Ordering::Relaxed)), 1);
+    for n in [&a, &b, &c] {
+        assert_eq!(relay_stat(n, |s| s.send_failures.load(Ordering::Relaxed)), 0);
+        assert_eq!(relay_stat(n, |s| s.decode_errors.load(Ordering::Relaxed)), 0);
+    }
+}
+
+/// Registers `addr`, retrying while a node that held it has not yet released its record.
+async fn register_when_free(client: &mut Client, addr: &str) -> serde_json::Value {
+    within("the address to be free", async {
+        loop {
+            client.send(json!({"t": "register", "addr": addr})).await;
+            let answer = client.recv().await;
+            match answer["t"].as_str() {
+                Some("registered") => return answer,
+                Some("error") if answer["msg"] == "address in use" => {
+                    tokio::task::yield_now().await;
+                }
+                _ => panic!("unexpected answer to register: {answer}"),
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_held_on_one_node_is_in_use_on_the_others_until_it_leaves() {
+    let nats = NatsServer::start().await;
+    let a = relay_node(&nats, "a").await;
+    let b = relay_node(&nats, "b").await;
+    let mut first = Client::connect(&a, Kind::Tcp).await;
+    first.register("dave").await;
+    for kind in [Kind::Tcp, Kind::Ws] {
+        let mut second = Client::connect(&b, kind).await;
+        second.send(json!({"t": "register", "addr": "dave"})).await;
+        second.expect_error("address in use").await;
+        // Refused, not registered: it may try another address.
+        second.register(&format!("dave-{kind:?}")).await;
+    }
+    assert_eq!(relay_stat(&b, |s| s.claims_in_use.load(Ordering::Relaxed)), 2);
+
+    // Two clients on two nodes racing for one free address: exactly one wins.
+    let mut x = Client::connect(&a, Kind::Tcp).await;
+    let mut y = Client::connect(&b, Kind::Tcp).await;
+    let register = json!({"t": "register", "addr": "erin"});
+    tokio::join!(x.send(register.clone()), y.send(register));
+    let (ax, ay) = tokio::join!(x.recv(), y.recv());
+    let won: Vec<bool> = [&ax, &ay].iter().map(|m| m["t"] == "registered").collect();
+    assert_eq!(won.iter().filter(|w| **w).count(), 1, "{ax} / {ay}");
+    let loser = if won[0] { &ay } else { &ax };
+    assert_eq!(loser["msg"], "address in use", "{loser}");
+
+    // Dave leaves a: the address is free on b, and a's clients reach it there.
+    drop(first);
+    let mut moved = Client::connect(&b, Kind::Ws).await;
+    register_when_free(&mut moved, "dave").await;
+    let mut sender = Client::connect(&a, Kind::Tcp).await;
+    sender.register("frank").await;
+    sender.send(json!({"t": "send", "to": "dave", "ct": "found you"})).await;
+    let got = moved.expect("deliver").await;
+    assert_eq!(
+        (&got["from"], &got["ct"], &got["kind"]),
+        (&json!("frank"), &json!("found you"), &json!("live"))
+    );
+    assert!(relay_stat(&a, |s| s.released.load(Ordering::Relaxed)) >= 1);
+}
