@@ -210,6 +210,7 @@ impl Server {
         ctx.relay.restore(restored_relay);
         if let Some(cluster) = &cluster {
             crate::relay::cluster::attach(&ctx, cluster).await?;
+            crate::content::cluster::attach(&ctx, cluster).await?;
         }
         if let Some(turn) = config.relay.load_turn(&config).map_err(StartError::Relay)? {
             ctx.relay.set_turn(turn);

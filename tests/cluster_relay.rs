@@ -1,9 +1,13 @@
-//! The relay across nodes over a real nats-server (`nats-server -js` on a loopback port) and
-//! three in-process mesgd nodes with real relay clients over TCP and WebSocket: direct sends
-//! to a client on another node, the cluster-wide store-and-forward queue flushed by the node
-//! an address registers on next, and one holder per address in the whole cluster.
+//! The relay and content routing across nodes over a real nats-server (`nats-server -js` on a
+//! loopback port) and three in-process mesgd nodes, with real relay clients over TCP and
+//! WebSocket and real content-routing WebSocket clients: direct sends to a client on another
+//! node, the cluster-wide store-and-forward queue flushed by the node an address registers on
+//! next, one holder per address in the whole cluster, and content messages sent only to the
+//! nodes with a matching listener.
 
 mod common;
+#[path = "common/content.rs"]
+mod content;
 
 use std::sync::atomic::Ordering;
 
@@ -144,4 +148,95 @@ async fn an_address_held_on_one_node_is_in_use_on_the_others_until_it_leaves() {
         (&json!("frank"), &json!("found you"), &json!("live"))
     );
     assert!(relay_stat(&a, |s| s.released.load(Ordering::Relaxed)) >= 1);
+}
+
+async fn content_node(nats: &NatsServer, name: &str) -> content::ContentServer {
+    content::ContentServer::start(&format!(
+        "[content]\ndisable_auth = true\n[cluster]\nnode = {name:?}\nnats = [{:?}]\n",
+        nats.url
+    ))
+    .await
+}
+
+fn content_cluster(server: &content::ContentServer) -> &mesgd_cluster::Cluster {
+    server.server.as_ref().expect("running").cluster().expect("clustered")
+}
+
+fn content_stat(
+    server: &content::ContentServer,
+    pick: fn(&mesgd_cluster::ContentClusterStats) -> u64,
+) -> u64 {
+    pick(&content_cluster(server).stats().content)
+}
+
+/// Waits until `server` knows exactly `n` listener paths of other nodes.
+async fn knows_paths(server: &content::ContentServer, n: u64) {
+    let mut applied = content_cluster(server).content_paths_applied().expect("content attached");
+    let known = |s: &content::ContentServer| content_stat(s, |c| c.remote_paths.load(Ordering::Relaxed));
+    within("the other nodes' listener paths", applied.wait_for(|_| known(server) == n))
+        .await
+        .expect("the watcher runs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_messages_go_only_to_nodes_with_a_matching_listener_once_and_in_order() {
+    let nats = NatsServer::start().await;
+    let a = content_node(&nats, "a").await;
+    let b = content_node(&nats, "b").await;
+    let c = content_node(&nats, "c").await;
+    // Two matching listeners on b, one that matches nothing sent here on c.
+    let mut chat = b.open("/kind=chat").await;
+    let mut lobby = b.open("/room=lobby/kind=chat").await;
+    let _other = c.open("/kind=other").await;
+    // The sender listens on a path its own messages do not match.
+    let mut sender = a.open("/kind=sender").await;
+    knows_paths(&a, 3).await;
+
+    const N: usize = 20;
+    for i in 0..N {
+        sender.send(&format!(r#"{{"kind":"chat","room":"lobby","n":{i}}}"#)).await;
+    }
+    sender.send(r#"{"kind":"chat","room":"lobby","n":"end"}"#).await;
+    let expected: Vec<String> = (0..N)
+        .map(|i| format!(r#"{{"kind":"chat","room":"lobby","n":{i}}}"#))
+        .chain([r#"{"kind":"chat","room":"lobby","n":"end"}"#.to_owned()])
+        .collect();
+    assert_eq!(chat.recv_n(N + 1).await, expected);
+    assert_eq!(lobby.recv_n(N + 1).await, expected);
+    // One copy per message for b's two listeners; nothing at all for c.
+    assert_eq!(content_stat(&b, |s| s.received.load(Ordering::Relaxed)), N as u64 + 1);
+    assert_eq!(content_stat(&a, |s| s.forwarded.load(Ordering::Relaxed)), N as u64 + 1);
+    assert_eq!(content_stat(&c, |s| s.received.load(Ordering::Relaxed)), 0, "c has no matching listener");
+
+    // A matching listener on c too: the next message reaches both nodes once each.
+    let mut room = c.open("/room=lobby").await;
+    knows_paths(&a, 4).await;
+    sender.send(r#"{"kind":"chat","room":"lobby","n":"both"}"#).await;
+    // And one that only c's new listener matches.
+    sender.send(r#"{"room":"lobby","n":"c only"}"#).await;
+    assert_eq!(chat.recv().await, r#"{"kind":"chat","room":"lobby","n":"both"}"#);
+    assert_eq!(lobby.recv().await, r#"{"kind":"chat","room":"lobby","n":"both"}"#);
+    assert_eq!(
+        room.recv_n(2).await,
+        [r#"{"kind":"chat","room":"lobby","n":"both"}"#, r#"{"room":"lobby","n":"c only"}"#]
+    );
+    // A marker to b proves nothing else was queued there for chat or lobby.
+    sender.send(r#"{"kind":"chat","n":"marker"}"#).await;
+    assert_eq!(chat.recv().await, r#"{"kind":"chat","n":"marker"}"#);
+    assert_eq!(content_stat(&b, |s| s.received.load(Ordering::Relaxed)), N as u64 + 3);
+    assert_eq!(content_stat(&c, |s| s.received.load(Ordering::Relaxed)), 2);
+    assert_eq!(content_stat(&a, |s| s.forwarded.load(Ordering::Relaxed)), N as u64 + 5);
+    // No node read a bad message or dropped one.
+    for n in [&a, &b, &c] {
+        assert_eq!(content_stat(n, |s| s.decode_errors.load(Ordering::Relaxed)), 0);
+        assert_eq!(content_stat(n, |s| s.queue_full.load(Ordering::Relaxed)), 0);
+    }
+
+    // A listener leaving withdraws its path: a no longer sends c what only it matched.
+    room.close().await;
+    knows_paths(&a, 3).await;
+    sender.send(r#"{"room":"lobby","n":"nobody"}"#).await;
+    sender.send(r#"{"kind":"chat","n":"after"}"#).await;
+    assert_eq!(chat.recv().await, r#"{"kind":"chat","n":"after"}"#);
+    assert_eq!(content_stat(&c, |s| s.received.load(Ordering::Relaxed)), 2);
 }

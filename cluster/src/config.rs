@@ -68,6 +68,10 @@ pub struct ClusterConfig {
     /// See `relay_bucket`.
     #[serde(default = "default_relay_queue_stream")]
     pub relay_queue_stream: String,
+    /// Content routing across nodes: the JetStream KV bucket with each node's listener paths
+    /// (its replica count is `registry_replicas`).
+    #[serde(default = "default_content_bucket")]
+    pub content_bucket: String,
 }
 
 /// `[cluster.tls]`: TLS towards the NATS servers.
@@ -118,6 +122,9 @@ fn default_relay_bucket() -> String {
 fn default_relay_queue_stream() -> String {
     "MESGD_RELAY_QUEUE".to_owned()
 }
+fn default_content_bucket() -> String {
+    "mesgd_content".to_owned()
+}
 fn default_true() -> bool {
     true
 }
@@ -142,6 +149,7 @@ impl fmt::Debug for ClusterConfig {
             .field("registry_timeout_ms", &self.registry_timeout_ms)
             .field("relay_bucket", &self.relay_bucket)
             .field("relay_queue_stream", &self.relay_queue_stream)
+            .field("content_bucket", &self.content_bucket)
             .finish()
     }
 }
@@ -235,7 +243,11 @@ impl ClusterConfig {
                 why: "at least 1",
             });
         }
-        for (key, b) in [("registry_bucket", &self.registry_bucket), ("relay_bucket", &self.relay_bucket)] {
+        for (key, b) in [
+            ("registry_bucket", &self.registry_bucket),
+            ("relay_bucket", &self.relay_bucket),
+            ("content_bucket", &self.content_bucket),
+        ] {
             if b.is_empty()
                 || b.len() > 64
                 || !b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')

@@ -28,11 +28,14 @@
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   and the takeover requests between nodes.
 //! - `wire`: message headers.
+//! - `content`: content routing across nodes (each node's listener paths in a bucket, messages
+//!   sent only to the nodes with a match), attached with [`Cluster::attach_content`].
 //! - `relay`: the relay across nodes (addresses, direct sends, store-and-forward queues),
 //!   attached by the relay front end with [`Cluster::attach_relay`].
 //! - `stats`: the counters `/metrics` exposes.
 
 mod config;
+mod content;
 mod interest;
 mod live;
 mod registry;
@@ -54,6 +57,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
+pub use self::content::ContentClusterStats;
 pub use self::relay::RelayClusterStats;
 pub use self::stats::{ClusterStats, Kind};
 pub use self::wire::WireError;
@@ -92,6 +96,10 @@ pub enum StartError {
     /// not subscribed.
     #[error("JetStream relay state: {0}")]
     Relay(String),
+    /// Content routing's path bucket cannot be created or followed, or its subject not
+    /// subscribed.
+    #[error("JetStream content paths: {0}")]
+    Content(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -110,6 +118,8 @@ pub struct Cluster {
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
     me: live::Identity,
     relay_setup: relay::RelaySetup,
+    content_setup: content::ContentSetup,
+    content_applied: std::sync::OnceLock<watch::Receiver<u64>>,
 }
 
 impl Cluster {
@@ -204,7 +214,39 @@ impl Cluster {
                 timeout: Duration::from_millis(config.registry_timeout_ms),
                 capacity: config.queue_capacity,
             },
+            content_setup: content::ContentSetup {
+                bucket: config.content_bucket.clone(),
+                replicas: config.registry_replicas,
+                capacity: config.queue_capacity,
+            },
+            content_applied: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Takes content routing across nodes: opens (or creates) the path bucket, follows the
+    /// other nodes' paths, receives their messages for this node's listeners through `local`,
+    /// and returns the seam the content front end sends through.
+    pub async fn attach_content(
+        &self,
+        local: Arc<dyn mesgd_core::cluster::content::LocalContent>,
+    ) -> Result<Arc<dyn mesgd_core::cluster::content::ContentCluster>, StartError> {
+        let (node, tasks) = content::ContentNode::start(
+            self.client.clone(),
+            self.me.node.clone(),
+            &self.content_setup,
+            local,
+            self.stats.clone(),
+        )
+        .await?;
+        mesgd_core::sync::lock(&self.tasks).extend(tasks);
+        let _ = self.content_applied.set(node.applied());
+        Ok(Arc::new(node))
+    }
+
+    /// Rises with each change of other nodes' content listener paths this node applied
+    /// (`None` before [`Cluster::attach_content`]).
+    pub fn content_paths_applied(&self) -> Option<watch::Receiver<u64>> {
+        self.content_applied.get().cloned()
     }
 
     /// Takes the relay across nodes: creates (or finds) the relay's address bucket and queue

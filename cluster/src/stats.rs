@@ -78,6 +78,8 @@ pub struct ClusterStats {
     pub registry_handover_too_large: AtomicU64,
     /// The relay across nodes (`relay_…`).
     pub relay: crate::relay::RelayClusterStats,
+    /// Content routing across nodes (`content_…`).
+    pub content: crate::content::ContentClusterStats,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -264,6 +266,7 @@ impl ClusterStats {
             ),
         ];
         values.extend(self.relay.values());
+        values.extend(self.content.values());
         values
     }
 }
