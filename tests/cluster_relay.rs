@@ -240,3 +240,72 @@ async fn content_messages_go_only_to_nodes_with_a_matching_listener_once_and_in_
     assert_eq!(chat.recv().await, r#"{"kind":"chat","n":"after"}"#);
     assert_eq!(content_stat(&c, |s| s.received.load(Ordering::Relaxed)), 2);
 }
+
+/// The next `room_deliver` `client` gets: (from, ct).
+async fn room_message(client: &mut Client) -> (String, String) {
+    let got = client.expect("room_deliver").await;
+    assert_eq!(got["room"], "lobby", "{got}");
+    (got["from"].as_str().unwrap().to_owned(), got["ct"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_message_reaches_every_member_on_every_node_once() {
+    let nats = NatsServer::start().await;
+    let a = relay_node(&nats, "a").await;
+    let b = relay_node(&nats, "b").await;
+    let c = relay_node(&nats, "c").await;
+    let mut members = Vec::new();
+    for (name, server, kind) in
+        [("m1", &a, Kind::Tcp), ("m2", &b, Kind::Ws), ("m3", &c, Kind::Tcp), ("m4", &b, Kind::Tcp)]
+    {
+        let mut client = Client::connect(server, kind).await;
+        client.register(name).await;
+        client.send(json!({"t": "join_room", "room": "lobby"})).await;
+        let joined = client.expect("joined_room").await;
+        assert_eq!(joined["room"], "lobby");
+        members.push(client);
+    }
+    // A node without members is not subscribed.
+    let outsider = relay_node(&nats, "d").await;
+    for n in [&a, &b, &c, &outsider] {
+        within("room subscriptions", cluster(n).relay_rooms_synced()).await;
+    }
+    assert_eq!(relay_stat(&b, |s| s.rooms.load(Ordering::Relaxed)), 1, "one subscription for two members");
+    assert_eq!(relay_stat(&outsider, |s| s.rooms.load(Ordering::Relaxed)), 0);
+
+    // From a member on a, and from one on b (whose neighbour m4 gets it locally, not again).
+    let senders = [0, 1, 2];
+    for (round, &from) in senders.iter().enumerate() {
+        let ct = format!("round {round}");
+        members[from].send(json!({"t": "room_send", "room": "lobby", "ct": ct})).await;
+        for (i, member) in members.iter_mut().enumerate() {
+            if i != from {
+                let name = format!("m{}", from + 1);
+                assert_eq!(room_message(member).await, (name, ct.clone()), "member m{}", i + 1);
+            }
+        }
+    }
+    // The last message each got was the one above: a duplicate would come before this marker.
+    members[3].send(json!({"t": "room_send", "room": "lobby", "ct": "marker"})).await;
+    for member in &mut members[..3] {
+        assert_eq!(room_message(member).await, ("m4".to_owned(), "marker".to_owned()));
+    }
+    assert_eq!(relay_stat(&a, |s| s.room_received.load(Ordering::Relaxed)), 3, "from m2, m3, m4");
+    assert_eq!(relay_stat(&b, |s| s.room_received.load(Ordering::Relaxed)), 2, "from m1, m3");
+    assert_eq!(relay_stat(&c, |s| s.room_received.load(Ordering::Relaxed)), 3, "from m1, m2, m4");
+    assert_eq!(relay_stat(&outsider, |s| s.room_received.load(Ordering::Relaxed)), 0);
+
+    // The last member on c leaves: c unsubscribes and is sent nothing more.
+    drop(members.remove(2));
+    within("c's member to leave", async {
+        while relay_stat(&c, |s| s.rooms.load(Ordering::Relaxed)) != 0 {
+            cluster(&c).relay_rooms_synced().await;
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    members[0].send(json!({"t": "room_send", "room": "lobby", "ct": "after"})).await;
+    assert_eq!(room_message(&mut members[1]).await, ("m1".to_owned(), "after".to_owned()));
+    assert_eq!(room_message(&mut members[2]).await, ("m1".to_owned(), "after".to_owned()));
+    assert_eq!(relay_stat(&c, |s| s.room_received.load(Ordering::Relaxed)), 3);
+}

@@ -120,6 +120,7 @@ pub struct Cluster {
     relay_setup: relay::RelaySetup,
     content_setup: content::ContentSetup,
     content_applied: std::sync::OnceLock<watch::Receiver<u64>>,
+    relay: std::sync::OnceLock<relay::RelayNode>,
 }
 
 impl Cluster {
@@ -220,6 +221,7 @@ impl Cluster {
                 capacity: config.queue_capacity,
             },
             content_applied: std::sync::OnceLock::new(),
+            relay: std::sync::OnceLock::new(),
         })
     }
 
@@ -268,7 +270,17 @@ impl Cluster {
         )
         .await?;
         mesgd_core::sync::lock(&self.tasks).extend(tasks);
+        let _ = self.relay.set(node.clone());
         Ok(Arc::new(node))
+    }
+
+    /// Waits until every relay room this node has members of has its NATS subscription in
+    /// place (and every room it left has none), so that other nodes' room messages from now on
+    /// reach its members.
+    pub async fn relay_rooms_synced(&self) {
+        if let Some(relay) = self.relay.get() {
+            relay.rooms_synced().await;
+        }
     }
 
     /// The counters.

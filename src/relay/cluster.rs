@@ -28,6 +28,10 @@ impl LocalRelay for LocalNode {
     fn holds(&self, addr: &str) -> bool {
         self.0.upgrade().is_some_and(|ctx| ctx.relay.lookup(addr).is_some())
     }
+
+    fn room_deliver(&self, room: &str, body: &[u8]) -> usize {
+        self.0.upgrade().map_or(0, |ctx| ctx.relay.room_deliver_remote(room, body))
+    }
 }
 
 /// Takes the relay across nodes: the cluster's relay state is opened and the hub sends through

@@ -343,7 +343,19 @@ impl Hub {
             cluster.released(addr);
         }
         let link = Link(outbox.clone());
-        lock(&self.rooms).disconnect(&link);
+        {
+            let mut rooms = lock(&self.rooms);
+            let mine: Vec<Arc<str>> = match self.cluster.get() {
+                Some(_) => rooms.rooms_of(&link).cloned().collect(),
+                None => Vec::new(),
+            };
+            rooms.disconnect(&link);
+            if let Some(cluster) = self.cluster.get() {
+                for room in mine.iter().filter(|r| rooms.members(r) == 0) {
+                    cluster.room_left(room);
+                }
+            }
+        }
         lock(&self.matches).disconnect(&link);
         let closed = lock(&self.pipes).disconnect(&link);
         for (pipe_id, other) in closed {
@@ -553,7 +565,13 @@ impl Hub {
 
     /// Adds `me` to `room`; returns the member count.
     pub(crate) fn join_room(&self, me: &Arc<Outbox>, room: &str) -> Result<usize, RelayError> {
-        lock(&self.rooms).join(&Link(me.clone()), room)
+        let mut rooms = lock(&self.rooms);
+        let members = rooms.join(&Link(me.clone()), room)?;
+        if let Some(cluster) = self.cluster.get().filter(|_| members == 1) {
+            // Under the rooms lock, so that the cluster sees joins and leaves in their order.
+            cluster.room_joined(room);
+        }
+        Ok(members)
     }
 
     /// Broadcasts `ct` from `me` to every other member of `room`, encoded once.
@@ -574,7 +592,25 @@ impl Hub {
                 Err(PushError::Gone) => RelayStats::add(&self.stats.dropped_gone, 1),
             }
         }
+        drop(rooms);
+        if let Some(cluster) = self.cluster.get() {
+            cluster.room_send(room, body.freeze());
+        }
         if too_large { Err(RelayError::FrameTooLarge) } else { Ok(()) }
+    }
+
+    /// Writes a `room_deliver` from another node to every member of `room` here; how many.
+    pub(crate) fn room_deliver_remote(&self, room: &str, body: &[u8]) -> usize {
+        let rooms = lock(&self.rooms);
+        let mut reached = 0;
+        for member in rooms.all_members(room) {
+            match member.0.push(body) {
+                Ok(()) => reached += 1,
+                Err(PushError::TooLarge) => RelayStats::add(&self.stats.too_large_to_forward, 1),
+                Err(PushError::Gone) => RelayStats::add(&self.stats.dropped_gone, 1),
+            }
+        }
+        reached
     }
 
     /// The rooms `me` is in.
@@ -584,7 +620,12 @@ impl Hub {
 
     /// Takes `me` out of `room` (its rules no longer let it read there).
     pub(crate) fn leave_room(&self, me: &Arc<Outbox>, room: &str) {
-        lock(&self.rooms).leave(&Link(me.clone()), room);
+        let mut rooms = lock(&self.rooms);
+        if rooms.leave(&Link(me.clone()), room) && rooms.members(room) == 0 {
+            if let Some(cluster) = self.cluster.get() {
+                cluster.room_left(room);
+            }
+        }
     }
 
     // ------------------------------------------------------------------ matchmaking

@@ -13,12 +13,15 @@
 //!   (`relay_queue_stream`), one subject per address, bounded per address and in total by the
 //!   relay's queue limits, `max_age` = the TTL. The node the address registers on next takes
 //!   its messages out (read, then delete each: only one deleter wins) before `registered`.
+//! - **Rooms** (`rooms`): one subject per room, subscribed while this node has a member; a
+//!   `room_send` is published there once and each node hands it to its members once.
 //! - `serve`: the requests other nodes send here.
 //!
 //! JetStream assets: one bucket and one stream whatever the number of clients, no consumer.
 
 mod claims;
 mod queue;
+mod rooms;
 mod send;
 mod serve;
 pub(crate) mod stats;
@@ -70,6 +73,21 @@ struct Inner {
     claims: claims::Claims,
     sends: mpsc::Sender<RemoteSend>,
     flush_locks: Vec<tokio::sync::Mutex<()>>,
+    rooms: RoomState,
+}
+
+/// Which rooms this node wants to receive, and how far its subscriptions have caught up.
+#[derive(Debug)]
+struct RoomState {
+    /// The latest wanted state per room, not yet applied.
+    wanted: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    changed: tokio::sync::Notify,
+    /// Membership changes made so far.
+    generation: std::sync::atomic::AtomicU64,
+    /// Membership changes applied (subscriptions at the server).
+    synced: tokio::sync::watch::Sender<u64>,
+    /// Room messages to publish.
+    out: mpsc::Sender<(String, bytes::Bytes)>,
 }
 
 impl RelayNode {
@@ -87,6 +105,7 @@ impl RelayNode {
         let kv = claims::bucket(&js, &setup.bucket, setup.replicas).await?;
         let queue = queue::stream(&js, &setup.stream, setup.replicas, &limits).await?;
         let (sends, sends_rx) = mpsc::channel(setup.capacity);
+        let (room_out, room_rx) = mpsc::channel(setup.capacity);
         let node = RelayNode {
             inner: Arc::new(Inner {
                 client,
@@ -102,11 +121,20 @@ impl RelayNode {
                 claims: claims::Claims::default(),
                 sends,
                 flush_locks: (0..FLUSH_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+                rooms: RoomState {
+                    wanted: std::sync::Mutex::new(std::collections::HashMap::new()),
+                    changed: tokio::sync::Notify::new(),
+                    generation: std::sync::atomic::AtomicU64::new(0),
+                    synced: tokio::sync::watch::channel(0).0,
+                    out: room_out,
+                },
             }),
         };
         let serving = node.serve().await?;
         let sending = tokio::spawn(node.clone().send_loop(sends_rx));
-        Ok((node, vec![serving, sending]))
+        let rooms = tokio::spawn(node.clone().follow_rooms());
+        let room_sending = tokio::spawn(node.clone().publish_rooms(room_rx));
+        Ok((node, vec![serving, sending, rooms, room_sending]))
     }
 
     fn stats(&self) -> &RelayClusterStats {
@@ -197,5 +225,19 @@ impl RelayCluster for RelayNode {
             RelayClusterStats::add(&self.stats().send_queue_full, 1);
             RelayError::Overloaded
         })
+    }
+
+    fn room_joined(&self, room: &str) {
+        self.want_room(room, true);
+    }
+
+    fn room_left(&self, room: &str) {
+        self.want_room(room, false);
+    }
+
+    fn room_send(&self, room: &str, body: bytes::Bytes) {
+        if self.inner.rooms.out.try_send((room.to_owned(), body)).is_err() {
+            RelayClusterStats::add(&self.stats().room_queue_full, 1);
+        }
     }
 }

@@ -49,6 +49,20 @@ pub struct RelayClusterStats {
     pub requeued: AtomicU64,
     /// Relay messages from other nodes that could not be read.
     pub decode_errors: AtomicU64,
+    /// Rooms this node subscribes to now (it has a member; a gauge).
+    pub rooms: AtomicU64,
+    /// Room messages of this node's members published to the other nodes.
+    pub room_sent: AtomicU64,
+    /// Room messages from other nodes handed to this node's members.
+    pub room_received: AtomicU64,
+    /// Room messages from other nodes that found no member here (the last left meanwhile).
+    pub room_unmatched: AtomicU64,
+    /// Room messages not sent to other nodes: the queue to NATS was full.
+    pub room_queue_full: AtomicU64,
+    /// Room publishes to NATS that failed.
+    pub room_publish_errors: AtomicU64,
+    /// Room subscriptions that could not be made.
+    pub room_subscribe_errors: AtomicU64,
 }
 
 impl RelayClusterStats {
@@ -155,6 +169,43 @@ impl RelayClusterStats {
                 "Relay messages from other nodes that could not be read",
                 c,
                 get(&self.decode_errors),
+            ),
+            (
+                "relay_rooms",
+                "Rooms with a member here, subscribed across nodes",
+                Kind::Gauge,
+                get(&self.rooms),
+            ),
+            ("relay_room_sent", "Room messages published to other nodes", c, get(&self.room_sent)),
+            (
+                "relay_room_received",
+                "Room messages from other nodes handed to members here",
+                c,
+                get(&self.room_received),
+            ),
+            (
+                "relay_room_unmatched",
+                "Room messages from other nodes with no member here",
+                c,
+                get(&self.room_unmatched),
+            ),
+            (
+                "relay_room_queue_full",
+                "Room messages not sent: the queue to NATS was full",
+                c,
+                get(&self.room_queue_full),
+            ),
+            (
+                "relay_room_publish_errors",
+                "Room publishes to NATS that failed",
+                c,
+                get(&self.room_publish_errors),
+            ),
+            (
+                "relay_room_subscribe_errors",
+                "Room subscriptions that could not be made",
+                c,
+                get(&self.room_subscribe_errors),
             ),
         ]
     }

@@ -71,6 +71,14 @@ pub trait RelayCluster: Send + Sync + fmt::Debug {
     /// Sends a message to an address this node does not hold. Never waits: `relay overloaded,
     /// retry later` when the queue to the cluster is full; otherwise `done` is called later.
     fn send(&self, send: RemoteSend) -> Result<(), RelayError>;
+    /// This node now has a member of `room`, and had none: it receives the room's messages
+    /// from other nodes from now on.
+    fn room_joined(&self, room: &str);
+    /// This node's last member of `room` left.
+    fn room_left(&self, room: &str);
+    /// A `room_deliver` (`body`, encoded once) from a member of this node, after local
+    /// delivery: to the room's members on other nodes. Never waits.
+    fn room_send(&self, room: &str, body: Bytes);
 }
 
 /// What became of a frame written to a client of this node.
@@ -91,6 +99,9 @@ pub trait LocalRelay: Send + Sync + fmt::Debug {
     fn deliver(&self, addr: &str, body: &[u8]) -> LocalDelivery;
     /// Whether a client of this node holds `addr`.
     fn holds(&self, addr: &str) -> bool;
+    /// Writes a `room_deliver` from another node to every member of `room` here; returns
+    /// how many got it.
+    fn room_deliver(&self, room: &str, body: &[u8]) -> usize;
 }
 
 /// The one-token name of an address in NATS: its [`client_key`] escaping (`bob` → `bob`,
