@@ -309,3 +309,44 @@ async fn a_room_message_reaches_every_member_on_every_node_once() {
     assert_eq!(room_message(&mut members[2]).await, ("m1".to_owned(), "after".to_owned()));
     assert_eq!(relay_stat(&c, |s| s.room_received.load(Ordering::Relaxed)), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_bound_to_a_key_on_one_node_admits_only_that_key_on_every_node() {
+    const K1: &str = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    const K2: &str = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+    let nats = NatsServer::start().await;
+    let a = relay_node(&nats, "a").await;
+    let b = relay_node(&nats, "b").await;
+    let c = relay_node(&nats, "c").await;
+    let mut first = Client::connect(&a, Kind::Tcp).await;
+    first.send(json!({"t": "register", "addr": "gina", "pubkey": K1})).await;
+    first.expect("registered").await;
+    drop(first);
+    // Another key, or none, on the other nodes: refused, and the address is not held after.
+    let mut other = Client::connect(&b, Kind::Ws).await;
+    let mut keyless = Client::connect(&c, Kind::Tcp).await;
+    within("gina's record to be released on a", async {
+        loop {
+            other.send(json!({"t": "register", "addr": "gina", "pubkey": K2})).await;
+            let answer = other.expect("error").await;
+            match answer["msg"].as_str() {
+                Some("alias bound to a different key") => break,
+                Some("address in use") => tokio::task::yield_now().await,
+                _ => panic!("{answer}"),
+            }
+        }
+    })
+    .await;
+    keyless.send(json!({"t": "register", "addr": "gina"})).await;
+    keyless.expect_error("alias bound to a different key").await;
+    // The bound key reclaims it on any node.
+    let mut again = Client::connect(&c, Kind::Tcp).await;
+    again.send(json!({"t": "register", "addr": "gina", "pubkey": K1})).await;
+    again.expect("registered").await;
+    assert_eq!(relay_stat(&a, |s| s.aliases_bound.load(Ordering::Relaxed)), 1);
+    assert_eq!(relay_stat(&c, |s| s.aliases_bound.load(Ordering::Relaxed)), 0, "reclaimed, not bound again");
+    assert_eq!(relay_stat(&b, |s| s.alias_refused.load(Ordering::Relaxed)), 1);
+    assert_eq!(relay_stat(&c, |s| s.alias_refused.load(Ordering::Relaxed)), 1);
+    // A plain alias nobody bound stays usable without a key everywhere.
+    keyless.register("hank").await;
+}

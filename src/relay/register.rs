@@ -98,7 +98,7 @@ pub(crate) async fn admit(
                 None => Vec::new(),
                 Some(cluster) => {
                     let claimed = match relay.check_alias(&claim) {
-                        Ok(()) => cluster.claim(Arc::from(addr)).await,
+                        Ok(()) => cluster.claim(Arc::from(addr), alias_rule(&claim)).await,
                         Err(e) => Err(e),
                     };
                     match claimed {
@@ -127,5 +127,15 @@ pub(crate) async fn admit(
         }
         Err(AdmitError::InUse) => Err(RelayError::AddressInUse),
         Err(_) => Err(RelayError::AddressInUse),
+    }
+}
+
+/// What `claim` says about its alias binding, for the cluster-wide check.
+fn alias_rule(claim: &Claim) -> mesgd_core::cluster::relay::AliasRule {
+    use mesgd_core::cluster::relay::AliasRule;
+    match claim {
+        Claim::Derived { .. } => AliasRule::Derived,
+        Claim::Plain { .. } => AliasRule::Unkeyed,
+        Claim::Alias { key, .. } => AliasRule::Keyed(*key.digest()),
     }
 }

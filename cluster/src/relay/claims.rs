@@ -14,7 +14,9 @@ use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self};
 use bytes::Bytes;
 use mesgd_core::cluster::registry::{MAX_MESSAGE_LEN, Record};
-use mesgd_core::cluster::relay::{address_token, node_subject};
+use mesgd_core::cluster::relay::{
+    AliasRule, address_token, binding_key, decode_binding, encode_binding, node_subject,
+};
 use mesgd_core::cluster::relay_wire::{RelayReply, RelayRequest};
 use mesgd_core::relay::RelayError;
 use mesgd_core::sync::lock;
@@ -188,6 +190,57 @@ impl RelayNode {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("node {node} did not answer in time")),
         }
+    }
+
+    /// Applies the alias rule cluster-wide: an unbound alias with a key is bound to it (by
+    /// create, so the first key wins), and a bound one admits only its key. Bindings are never
+    /// deleted by the relay.
+    pub(super) async fn check_binding(&self, addr: &str, rule: AliasRule) -> Result<(), RelayError> {
+        let me = &self.inner;
+        let key = binding_key(addr);
+        for _ in 0..MAX_ATTEMPTS {
+            let bound = match me.kv.entry(&key).await {
+                Ok(Some(e)) if e.operation == Operation::Put => Some(decode_binding(&e.value)),
+                Ok(Some(e)) => {
+                    // A binding an operator deleted: its marker's revision is the one to replace.
+                    if let AliasRule::Keyed(digest) = rule {
+                        match me.kv.update(&key, Bytes::from(encode_binding(&digest)), e.revision).await {
+                            Ok(_) => return Ok(()),
+                            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
+                            Err(e) => return Err(self.unavailable(addr, &e.to_string())),
+                        }
+                    }
+                    None
+                }
+                Ok(None) => None,
+                Err(e) => return Err(self.unavailable(addr, &e.to_string())),
+            };
+            return match (bound, rule) {
+                (_, AliasRule::Derived) | (None, AliasRule::Unkeyed) => Ok(()),
+                (Some(Ok(d)), AliasRule::Keyed(digest)) if d == digest => Ok(()),
+                (Some(Err(_)), _) => {
+                    RelayClusterStats::add(&self.stats().decode_errors, 1);
+                    RelayClusterStats::add(&self.stats().alias_refused, 1);
+                    Err(RelayError::AliasBound)
+                }
+                (Some(_), _) => {
+                    RelayClusterStats::add(&self.stats().alias_refused, 1);
+                    Err(RelayError::AliasBound)
+                }
+                (None, AliasRule::Keyed(digest)) => {
+                    match me.kv.create(&key, Bytes::from(encode_binding(&digest))).await {
+                        Ok(_) => {
+                            RelayClusterStats::add(&self.stats().aliases_bound, 1);
+                            Ok(())
+                        }
+                        // Bound by another node meanwhile: read it again.
+                        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
+                        Err(e) => Err(self.unavailable(addr, &e.to_string())),
+                    }
+                }
+            };
+        }
+        Err(self.unavailable(addr, "too many alias binding conflicts"))
     }
 
     /// Deletes this node's record of `addr` at its revision (a newer holder's stays).

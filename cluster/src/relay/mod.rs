@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream::{self, kv};
-use mesgd_core::cluster::relay::{LocalRelay, RelayClaimFuture, RelayCluster, RemoteSend};
+use mesgd_core::cluster::relay::{AliasRule, LocalRelay, RelayClaimFuture, RelayCluster, RemoteSend};
 use mesgd_core::relay::{QueueLimits, RelayError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -178,11 +178,19 @@ impl RelayNode {
 }
 
 impl RelayCluster for RelayNode {
-    fn claim(&self, addr: Arc<str>) -> RelayClaimFuture {
+    fn claim(&self, addr: Arc<str>, alias: AliasRule) -> RelayClaimFuture {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let node = self.clone();
         tokio::spawn(async move {
-            let claimed = match tokio::time::timeout(node.inner.timeout, node.claim_now(&addr)).await {
+            let claiming = async {
+                node.claim_now(&addr).await?;
+                if let Err(e) = node.check_binding(&addr, alias).await {
+                    node.release_now(&addr).await;
+                    return Err(e);
+                }
+                Ok(())
+            };
+            let claimed = match tokio::time::timeout(node.inner.timeout, claiming).await {
                 Ok(claimed) => claimed,
                 Err(_) => {
                     node.inner.claims.failed(&addr);

@@ -49,6 +49,10 @@ pub struct RelayClusterStats {
     pub requeued: AtomicU64,
     /// Relay messages from other nodes that could not be read.
     pub decode_errors: AtomicU64,
+    /// Alias bindings this node created in the relay bucket (first key wins cluster-wide).
+    pub aliases_bound: AtomicU64,
+    /// Registrations refused by a cluster-wide alias binding.
+    pub alias_refused: AtomicU64,
     /// Rooms this node subscribes to now (it has a member; a gauge).
     pub rooms: AtomicU64,
     /// Room messages of this node's members published to the other nodes.
@@ -169,6 +173,13 @@ impl RelayClusterStats {
                 "Relay messages from other nodes that could not be read",
                 c,
                 get(&self.decode_errors),
+            ),
+            ("relay_aliases_bound", "Alias bindings created in the cluster", c, get(&self.aliases_bound)),
+            (
+                "relay_alias_refused",
+                "Relay registrations refused by a cluster-wide alias binding",
+                c,
+                get(&self.alias_refused),
             ),
             (
                 "relay_rooms",

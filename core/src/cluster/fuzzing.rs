@@ -70,8 +70,8 @@ pub fn registry_messages(data: &[u8]) {
 }
 
 /// The body of the `cluster_relay` fuzz target (`fuzz/fuzz_targets/cluster_relay.rs`): the
-/// input is read as a relay request and as a reply between nodes (never a panic), and whatever
-/// is read must read back the same after encoding.
+/// input is read as a relay request and as a reply between nodes, and as an alias binding's
+/// value (never a panic), and whatever is read must read back the same after encoding.
 pub fn relay_messages(data: &[u8]) {
     use super::relay_wire::{RelayReply, RelayRequest};
 
@@ -82,6 +82,9 @@ pub fn relay_messages(data: &[u8]) {
     }
     if let Ok(reply) = RelayReply::decode(data) {
         assert_eq!(&reply.encode()[..], data);
+    }
+    if let Ok(digest) = super::relay::decode_binding(data) {
+        assert_eq!(super::relay::encode_binding(&digest), data, "not the canonical form");
     }
 }
 

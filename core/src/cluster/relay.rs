@@ -58,10 +58,12 @@ impl fmt::Debug for RemoteSend {
 /// The relay's view of the cluster, installed in the relay hub by the cluster layer.
 pub trait RelayCluster: Send + Sync + fmt::Debug {
     /// Claims `addr` for this node cluster-wide, after the broker admitted it here. `address
-    /// in use` while a live client holds it on another node; `relay overloaded, retry later`
-    /// when the cluster cannot be reached in time. On success the address's backlog from the
-    /// cluster's queue is returned (and removed from it), to be flushed before `registered`.
-    fn claim(&self, addr: Arc<str>) -> RelayClaimFuture;
+    /// in use` while a live client holds it on another node; then the alias binding `alias`
+    /// cluster-wide (`alias bound to a different key`; nothing is held after a refusal);
+    /// `relay overloaded, retry later` when the cluster cannot be reached in time. On success
+    /// the address's backlog from the cluster's queue is returned (and removed from it), to be
+    /// flushed before `registered`.
+    fn claim(&self, addr: Arc<str>, alias: AliasRule) -> RelayClaimFuture;
     /// `addr` is now in this node's directory (`registered` was sent): messages queued while
     /// it was being registered are flushed now.
     fn registered(&self, addr: &str);
@@ -79,6 +81,64 @@ pub trait RelayCluster: Send + Sync + fmt::Debug {
     /// A `room_deliver` (`body`, encoded once) from a member of this node, after local
     /// delivery: to the room's members on other nodes. Never waits.
     fn room_send(&self, room: &str, body: Bytes);
+}
+
+/// What a registration claims about its address's alias binding, checked cluster-wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AliasRule {
+    /// A derived address: no binding applies.
+    Derived,
+    /// An alias without a key: it must not be bound to one.
+    Unkeyed,
+    /// An alias with the key of this SHA-256: bound to it if unbound (first key wins), else
+    /// it must be bound to it.
+    Keyed([u8; 32]),
+}
+
+/// The KV key of `alias`'s binding in the relay bucket: `b.` and its address token.
+pub fn binding_key(alias: &str) -> String {
+    format!("b.{}", address_token(alias))
+}
+
+/// A binding's value: the key's SHA-256 as 64 lowercase hex digits.
+pub fn encode_binding(digest: &[u8; 32]) -> Vec<u8> {
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out.into_bytes()
+}
+
+/// Why a binding's value could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindingError {
+    /// Not 64 bytes long.
+    #[error("an alias binding is 64 hex digits, not {0} bytes")]
+    Length(usize),
+    /// A byte that is not a lowercase hex digit.
+    #[error("byte {at} of an alias binding is not a lowercase hex digit")]
+    NotHex {
+        /// Its position.
+        at: usize,
+    },
+}
+
+/// Reads a binding's value written by [`encode_binding`].
+pub fn decode_binding(value: &[u8]) -> Result<[u8; 32], BindingError> {
+    if value.len() != 64 {
+        return Err(BindingError::Length(value.len()));
+    }
+    let digit = |at: usize| match value[at] {
+        b @ b'0'..=b'9' => Ok(b - b'0'),
+        b @ b'a'..=b'f' => Ok(b - b'a' + 10),
+        _ => Err(BindingError::NotHex { at }),
+    };
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = digit(2 * i)? << 4 | digit(2 * i + 1)?;
+    }
+    Ok(digest)
 }
 
 /// What became of a frame written to a client of this node.
@@ -143,5 +203,28 @@ mod tests {
         assert!(token.starts_with("h.") && token.len() == 66, "{token}");
         assert_ne!(address_token(&"😀".repeat(255)), token);
         assert_eq!(node_subject("b"), "mesgd.relay.b");
+        assert_eq!(binding_key("a.b"), "b.a.a=2Eb");
+    }
+
+    #[test]
+    fn bindings_round_trip_and_malformed_ones_are_refused() {
+        let digest: [u8; 32] = std::array::from_fn(|i| (i * 37) as u8);
+        assert_eq!(decode_binding(&encode_binding(&digest)), Ok(digest));
+        let good = encode_binding(&digest);
+        let mut upper = good.clone();
+        upper[3] = b'A';
+        let mut space = good.clone();
+        space[63] = b' ';
+        let cases: &[(&[u8], BindingError)] = &[
+            (b"", BindingError::Length(0)),
+            (&good[..63], BindingError::Length(63)),
+            (&[b'0'; 65], BindingError::Length(65)),
+            (&upper, BindingError::NotHex { at: 3 }),
+            (&space, BindingError::NotHex { at: 63 }),
+            (&[b'g'; 64], BindingError::NotHex { at: 0 }),
+        ];
+        for (input, error) in cases {
+            assert_eq!(decode_binding(input).as_ref(), Err(error), "{input:?}");
+        }
     }
 }
