@@ -212,6 +212,10 @@ impl Server {
             ctx.metrics.require_token(token);
         }
         ctx.relay.restore(restored_relay);
+        if let Some(cluster) = &cluster {
+            crate::relay::cluster::attach(&ctx, cluster).await?;
+            crate::content::cluster::attach(&ctx, cluster).await?;
+        }
         if let Some(turn) = config.relay.load_turn(&config).map_err(StartError::Relay)? {
             ctx.relay.set_turn(turn);
         }

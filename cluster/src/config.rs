@@ -82,6 +82,18 @@ pub struct ClusterConfig {
     /// Server unavailable; past the second, the claim stands and the connect proceeds.
     #[serde(default = "default_registry_timeout_ms")]
     pub registry_timeout_ms: u64,
+    /// The relay across nodes: the JetStream KV bucket naming the node that holds each relay
+    /// address, and the stream of the store-and-forward queues of offline addresses (their
+    /// replica counts are `registry_replicas`).
+    #[serde(default = "default_relay_bucket")]
+    pub relay_bucket: String,
+    /// See `relay_bucket`.
+    #[serde(default = "default_relay_queue_stream")]
+    pub relay_queue_stream: String,
+    /// Content routing across nodes: the JetStream KV bucket with each node's listener paths
+    /// (its replica count is `registry_replicas`).
+    #[serde(default = "default_content_bucket")]
+    pub content_bucket: String,
 }
 
 /// `[cluster.tls]`: TLS towards the NATS servers.
@@ -141,6 +153,15 @@ fn default_registry_bucket() -> String {
 fn default_registry_timeout_ms() -> u64 {
     2000
 }
+fn default_relay_bucket() -> String {
+    "mesgd_relay".to_owned()
+}
+fn default_relay_queue_stream() -> String {
+    "MESGD_RELAY_QUEUE".to_owned()
+}
+fn default_content_bucket() -> String {
+    "mesgd_content".to_owned()
+}
 fn default_true() -> bool {
     true
 }
@@ -169,6 +190,9 @@ impl fmt::Debug for ClusterConfig {
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)
+            .field("relay_bucket", &self.relay_bucket)
+            .field("relay_queue_stream", &self.relay_queue_stream)
+            .field("content_bucket", &self.content_bucket)
             .finish()
     }
 }
@@ -273,6 +297,8 @@ impl ClusterConfig {
             ("registry_bucket", &self.registry_bucket),
             ("wills_bucket", &self.wills_bucket),
             ("nodes_bucket", &self.nodes_bucket),
+            ("relay_bucket", &self.relay_bucket),
+            ("content_bucket", &self.content_bucket),
         ] {
             if b.is_empty()
                 || b.len() > 64
@@ -285,12 +311,18 @@ impl ClusterConfig {
                 });
             }
         }
-        let buckets = [&self.registry_bucket, &self.wills_bucket, &self.nodes_bucket];
-        if buckets[0] == buckets[1] || buckets[0] == buckets[2] || buckets[1] == buckets[2] {
+        let buckets = [
+            &self.registry_bucket,
+            &self.wills_bucket,
+            &self.nodes_bucket,
+            &self.relay_bucket,
+            &self.content_bucket,
+        ];
+        if buckets.iter().enumerate().any(|(i, a)| buckets[..i].contains(a)) {
             return Err(ClusterConfigError::OutOfRange {
                 key: "wills_bucket",
                 value: self.wills_bucket.clone(),
-                why: "registry_bucket, wills_bucket and nodes_bucket must differ",
+                why: "registry_bucket, wills_bucket, nodes_bucket, relay_bucket and content_bucket must differ",
             });
         }
         if self.lease_ms < 300 {
@@ -300,7 +332,11 @@ impl ClusterConfig {
                 why: "at least 300",
             });
         }
-        for (key, s) in [("retained_stream", &self.retained_stream), ("users_stream", &self.users_stream)] {
+        for (key, s) in [
+            ("retained_stream", &self.retained_stream),
+            ("users_stream", &self.users_stream),
+            ("relay_queue_stream", &self.relay_queue_stream),
+        ] {
             if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
                 return Err(ClusterConfigError::OutOfRange {
                     key,
@@ -309,11 +345,12 @@ impl ClusterConfig {
                 });
             }
         }
-        if self.users_stream == self.retained_stream {
+        let streams = [&self.retained_stream, &self.users_stream, &self.relay_queue_stream];
+        if streams.iter().enumerate().any(|(i, a)| streams[..i].contains(a)) {
             return Err(ClusterConfigError::OutOfRange {
                 key: "users_stream",
                 value: self.users_stream.clone(),
-                why: "a stream other than retained_stream",
+                why: "retained_stream, users_stream and relay_queue_stream must differ",
             });
         }
         Ok(())

@@ -32,13 +32,19 @@
 //! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
 //!   takes its lease over.
 //! - `wire`: message headers.
+//! - `content`: content routing across nodes (each node's listener paths in a bucket, messages
+//!   sent only to the nodes with a match), attached with [`Cluster::attach_content`].
+//! - `relay`: the relay across nodes (addresses, direct sends, store-and-forward queues),
+//!   attached by the relay front end with [`Cluster::attach_relay`].
 //! - `stats`: the counters `/metrics` exposes.
 
 mod config;
+mod content;
 mod interest;
 mod live;
 mod lost;
 mod registry;
+mod relay;
 mod retained;
 mod stats;
 mod users;
@@ -58,6 +64,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
+pub use self::content::ContentClusterStats;
+pub use self::relay::RelayClusterStats;
 pub use self::stats::{ClusterStats, Kind};
 pub use self::wire::WireError;
 
@@ -94,6 +102,14 @@ pub enum StartError {
     /// The builtin users' stream cannot be created or followed.
     #[error("JetStream users stream: {0}")]
     Users(String),
+    /// The relay's address bucket or queue stream cannot be created or opened, or its subject
+    /// not subscribed.
+    #[error("JetStream relay state: {0}")]
+    Relay(String),
+    /// Content routing's path bucket cannot be created or followed, or its subject not
+    /// subscribed.
+    #[error("JetStream content paths: {0}")]
+    Content(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -113,6 +129,11 @@ pub struct Cluster {
     js: async_nats::jetstream::Context,
     config: ClusterConfig,
     wills_kv: async_nats::jetstream::kv::Store,
+    me: live::Identity,
+    relay_setup: relay::RelaySetup,
+    content_setup: content::ContentSetup,
+    content_applied: std::sync::OnceLock<watch::Receiver<u64>>,
+    relay: std::sync::OnceLock<relay::RelayNode>,
 }
 
 impl Cluster {
@@ -199,7 +220,7 @@ impl Cluster {
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
-            tokio::spawn(retained::store_loop(js, broker.clone(), me, retained_rx, stats.clone())),
+            tokio::spawn(retained::store_loop(js, broker.clone(), me.clone(), retained_rx, stats.clone())),
             tokio::spawn(lost::watch(
                 client.clone(),
                 broker.clone(),
@@ -232,6 +253,21 @@ impl Cluster {
             js: users_js,
             config: config.clone(),
             wills_kv,
+            me,
+            relay_setup: relay::RelaySetup {
+                bucket: config.relay_bucket.clone(),
+                stream: config.relay_queue_stream.clone(),
+                replicas: config.registry_replicas,
+                timeout: Duration::from_millis(config.registry_timeout_ms),
+                capacity: config.queue_capacity,
+            },
+            content_setup: content::ContentSetup {
+                bucket: config.content_bucket.clone(),
+                replicas: config.registry_replicas,
+                capacity: config.queue_capacity,
+            },
+            content_applied: std::sync::OnceLock::new(),
+            relay: std::sync::OnceLock::new(),
         })
     }
 
@@ -259,6 +295,64 @@ impl Cluster {
         let task = users::start(self.js.clone(), &stream, directory, self.stats.clone(), wait).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
+    }
+
+    /// Takes content routing across nodes: opens (or creates) the path bucket, follows the
+    /// other nodes' paths, receives their messages for this node's listeners through `local`,
+    /// and returns the seam the content front end sends through.
+    pub async fn attach_content(
+        &self,
+        local: Arc<dyn mesgd_core::cluster::content::LocalContent>,
+    ) -> Result<Arc<dyn mesgd_core::cluster::content::ContentCluster>, StartError> {
+        let (node, tasks) = content::ContentNode::start(
+            self.client.clone(),
+            self.me.node.clone(),
+            &self.content_setup,
+            local,
+            self.stats.clone(),
+        )
+        .await?;
+        mesgd_core::sync::lock(&self.tasks).extend(tasks);
+        let _ = self.content_applied.set(node.applied());
+        Ok(Arc::new(node))
+    }
+
+    /// Rises with each change of other nodes' content listener paths this node applied
+    /// (`None` before [`Cluster::attach_content`]).
+    pub fn content_paths_applied(&self) -> Option<watch::Receiver<u64>> {
+        self.content_applied.get().cloned()
+    }
+
+    /// Takes the relay across nodes: creates (or finds) the relay's address bucket and queue
+    /// stream, answers other nodes' relay requests, and returns the seam the relay hub sends
+    /// through. `local` writes to this node's relay clients; `limits` are the relay's queue
+    /// limits (the stream is created with them).
+    pub async fn attach_relay(
+        &self,
+        local: Arc<dyn mesgd_core::cluster::relay::LocalRelay>,
+        limits: mesgd_core::relay::QueueLimits,
+    ) -> Result<Arc<dyn mesgd_core::cluster::relay::RelayCluster>, StartError> {
+        let (node, tasks) = relay::RelayNode::start(
+            self.client.clone(),
+            &self.me,
+            &self.relay_setup,
+            local,
+            limits,
+            self.stats.clone(),
+        )
+        .await?;
+        mesgd_core::sync::lock(&self.tasks).extend(tasks);
+        let _ = self.relay.set(node.clone());
+        Ok(Arc::new(node))
+    }
+
+    /// Waits until every relay room this node has members of has its NATS subscription in
+    /// place (and every room it left has none), so that other nodes' room messages from now on
+    /// reach its members.
+    pub async fn relay_rooms_synced(&self) {
+        if let Some(relay) = self.relay.get() {
+            relay.rooms_synced().await;
+        }
     }
 
     /// The counters.

@@ -109,6 +109,10 @@ pub struct ClusterStats {
     pub registry_sessions_received: AtomicU64,
     /// Sessions not handed over: their subscriptions did not fit in a reply.
     pub registry_handover_too_large: AtomicU64,
+    /// The relay across nodes (`relay_…`).
+    pub relay: crate::relay::RelayClusterStats,
+    /// Content routing across nodes (`content_…`).
+    pub content: crate::content::ContentClusterStats,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -129,7 +133,7 @@ impl ClusterStats {
     pub fn values(&self) -> Vec<(&'static str, &'static str, Kind, u64)> {
         use Kind::{Counter, Gauge};
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
+        let mut values = vec![
             ("forwarded", "Messages sent to other nodes", Counter, get(&self.forwarded)),
             (
                 "forward_queue_full",
@@ -330,6 +334,9 @@ impl ClusterStats {
                 Counter,
                 get(&self.registry_handover_too_large),
             ),
-        ]
+        ];
+        values.extend(self.relay.values());
+        values.extend(self.content.values());
+        values
     }
 }

@@ -51,6 +51,16 @@ fn cluster_registry_corpus() {
     replay("cluster_registry", crate::cluster::fuzzing::registry_messages);
 }
 
+#[test]
+fn cluster_relay_corpus() {
+    replay("cluster_relay", crate::cluster::fuzzing::relay_messages);
+}
+
+#[test]
+fn cluster_content_corpus() {
+    replay("cluster_content", crate::cluster::fuzzing::content_reach);
+}
+
 /// Every fuzz target's seed corpus is tracked: `fuzz/.gitignore` ignores the corpora libFuzzer
 /// grows and lists the committed ones, so a target added without its line would have seeds
 /// here and none in a fresh checkout (where its replay test then fails). This checks the list

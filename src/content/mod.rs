@@ -16,11 +16,14 @@
 //!   reach before each message; closing on a disabled or deleted account or an expiry).
 //! - `connection`: one connection's task: reading, routing, writing, closing.
 //! - `registry`: the shared matcher, each connection's outbox, delivery.
+//! - `cluster`: with `[cluster]`, this node's listener paths published and messages to and
+//!   from the nodes with a matching listener.
 //! - `outbox`: a listener's bounded queue.
 //! - [`compile`]: `mesgd pattern compile` and `POST /api/patterns/compile`.
 //! - [`stats`]: the counters.
 
 mod admission;
+pub(crate) mod cluster;
 pub mod compile;
 pub mod config;
 mod connection;

@@ -59,6 +59,8 @@ pub(crate) struct Registry {
     limits: QueueLimits,
     echo: bool,
     pub(crate) stats: ContentStats,
+    /// With `[cluster]`: this node's paths published, messages to and from other nodes.
+    pub(crate) cluster: super::cluster::Link,
 }
 
 impl Registry {
@@ -71,6 +73,7 @@ impl Registry {
             limits,
             echo,
             stats: ContentStats::default(),
+            cluster: super::cluster::Link::default(),
         }
     }
 
@@ -85,6 +88,7 @@ impl Registry {
                 write(&self.outboxes).remove(&id);
                 return Err(full);
             }
+            self.cluster.opened(path);
         }
         stats::add(&self.stats.connections, 1);
         Ok(Entry { id, role, outbox })
@@ -92,8 +96,9 @@ impl Registry {
 
     /// Unregisters a connection. When this returns, nothing more is queued for it.
     pub(crate) fn close(&self, entry: &Entry) {
-        if matches!(entry.role, Role::Listener(_)) {
+        if let Role::Listener(path) = &entry.role {
             self.matcher.remove(entry.id);
+            self.cluster.closed(path);
         }
         write(&self.outboxes).remove(&entry.id);
         entry.outbox.close();
@@ -122,11 +127,42 @@ impl Registry {
                 }
             }),
         }
+        stats::add(&self.stats.messages_in, 1);
+        let skip = (!self.echo).then_some(from.id);
+        let reached = self.hand_out(skip, text, scratch);
+        self.cluster.forward(message, text, &from.role, patterns);
+        reached
+    }
+
+    /// Hands a message from another node (`text` scanned as `message`) to every local
+    /// listener it reaches (only those whose path one of `patterns` covers, when given);
+    /// returns how many.
+    pub(crate) fn deliver_remote(
+        &self,
+        message: &Message<'_>,
+        text: &Utf8Bytes,
+        patterns: Option<&[Path]>,
+    ) -> usize {
+        let mut scratch = Vec::new();
+        match patterns {
+            None => self.matcher.for_each_match(message, |id| scratch.push(id)),
+            Some(patterns) => self.matcher.for_each_match_with_path(message, |id, path| {
+                if patterns.iter().any(|p| p.covers(path)) {
+                    scratch.push(id);
+                }
+            }),
+        }
+        self.hand_out(None, text, &mut scratch)
+    }
+
+    /// Pushes `text` to the outboxes of the matched ids (`skip`: the sender, without echo),
+    /// counting; returns how many were reached.
+    fn hand_out(&self, skip: Option<u64>, text: &Utf8Bytes, scratch: &mut Vec<u64>) -> usize {
         let (mut reached, mut dropped, mut overflowed) = (0u64, 0u64, 0u64);
         {
             let outboxes = read(&self.outboxes);
             for id in scratch.iter() {
-                if *id == from.id && !self.echo {
+                if Some(*id) == skip {
                     continue;
                 }
                 let Some(outbox) = outboxes.get(id) else { continue };
@@ -144,7 +180,6 @@ impl Registry {
         if scratch.capacity() > KEEP_SCRATCH {
             *scratch = Vec::new();
         }
-        stats::add(&self.stats.messages_in, 1);
         stats::add(&self.stats.matches, reached);
         if dropped > 0 {
             stats::add(&self.stats.dropped, dropped);

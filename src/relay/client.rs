@@ -379,9 +379,9 @@ impl Client {
     }
 
     fn complete_register(&mut self, admitted: Admitted, now: Instant) {
-        let Admitted { claim, session, generation, identity, acl, identity_expires } = admitted;
+        let Admitted { claim, session, generation, identity, acl, identity_expires, backlog } = admitted;
         let ctx = self.ctx.clone();
-        match ctx.relay.register(&self.outbox, &claim, now) {
+        match ctx.relay.register(&self.outbox, &claim, backlog, now) {
             Ok(registration) => {
                 self.gate_on(registration.bound);
                 Stats::add(&ctx.broker.stats().clients_connected, 1);

@@ -47,7 +47,7 @@ impl Client {
                 }
                 let encode = |b: &mut bytes::BytesMut, _| ServerMessage::Ack { id, from: &addr }.encode(b);
                 // A confirmation for an offline sender is queued without a `queued` reply.
-                hub.deliver(&mut self.target, &to, &encode, now).map(|_| ())
+                hub.deliver(&self.outbox, &mut self.target, &to, &encode, false, now).map(|_| ())
             }
             ClientMessage::TurnCredentials => {
                 let _ = self.outbox.push_with(|b| hub.turn_credentials(&addr, now, b));
@@ -114,8 +114,8 @@ impl Client {
         let deliver = send.deliver(from, DeliverKind::Live);
         let encode =
             |b: &mut bytes::BytesMut, kind| ServerMessage::Deliver(Deliver { kind, ..deliver }).encode(b);
-        match self.ctx.relay.deliver(&mut self.target, &send.to, &encode, now)? {
-            Sent::Live => {}
+        match self.ctx.relay.deliver(&self.outbox, &mut self.target, &send.to, &encode, true, now)? {
+            Sent::Live | Sent::Remote => {}
             Sent::Queued { seq } => {
                 self.gate_on(seq);
                 self.reply(&ServerMessage::Queued { to: &send.to });

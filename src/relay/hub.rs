@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use bytes::{BufMut, BytesMut};
 use mesgd_core::broker::Broker;
+use mesgd_core::cluster::relay::{RelayCluster, RemoteOutcome, RemoteSend};
 use mesgd_core::journal::Change;
 use mesgd_core::relay::capabilities::{Capabilities, ClientLimits};
 use mesgd_core::relay::frame::{MAX_TCP_FRAME, MAX_UDP_DATAGRAM, MAX_WS_FRAME};
@@ -80,6 +81,9 @@ pub(crate) enum Sent {
         /// The journal sequence number of the queued entry.
         seq: Option<u64>,
     },
+    /// Handed to the cluster (the address is not held on this node): the sender is told
+    /// `queued` or an error when the cluster knows.
+    Remote,
 }
 
 /// A successful registration.
@@ -112,6 +116,8 @@ pub struct Hub {
     matches: Mutex<Matchmaker<Link>>,
     transports: RwLock<Vec<(String, u16)>>,
     turn: OnceLock<TurnConfig>,
+    /// With `[cluster]`: addresses, direct sends and offline queues across nodes.
+    cluster: OnceLock<Arc<dyn RelayCluster>>,
     stats: RelayStats,
 }
 
@@ -128,6 +134,7 @@ impl Hub {
             directory: RwLock::new(HashMap::new()),
             transports: RwLock::new(Vec::new()),
             turn: OnceLock::new(),
+            cluster: OnceLock::new(),
             stats: RelayStats::default(),
             settings,
             broker,
@@ -173,6 +180,32 @@ impl Hub {
     /// Sets the TURN secret and URLs (once, at start).
     pub(crate) fn set_turn(&self, turn: TurnConfig) {
         let _ = self.turn.set(turn);
+    }
+
+    /// Takes the relay across nodes (once, at start, with `[cluster]`).
+    pub(crate) fn set_cluster(&self, cluster: Arc<dyn RelayCluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// The cluster seam, with `[cluster]`.
+    pub(crate) fn cluster(&self) -> Option<&Arc<dyn RelayCluster>> {
+        self.cluster.get()
+    }
+
+    /// What [`Hub::register`] would refuse for the alias binding, checked before a clustered
+    /// registration takes the address's backlog out of the cluster (so that a refusal there
+    /// loses nothing). Changes nothing.
+    pub(crate) fn check_alias(&self, claim: &Claim) -> Result<(), RelayError> {
+        let store = lock(&self.store);
+        let bound = store.aliases.get(claim.address());
+        match claim {
+            Claim::Derived { .. } => Ok(()),
+            Claim::Plain { .. } if bound.is_some() => Err(RelayError::AliasBound),
+            Claim::Alias { key, .. } if bound.is_some_and(|b| b != key.digest()) => {
+                Err(RelayError::AliasBound)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn record(&self, change: impl FnOnce() -> Change) -> Option<u64> {
@@ -231,34 +264,47 @@ impl Hub {
 
     /// Completes a registration the broker admitted: the alias binding (first key wins), the
     /// backlog flushed as `deliver` frames, `registered{addr, queued}`, and the address in the
-    /// directory — all under the store lock (see the module documentation). Nothing changes
-    /// on an error.
+    /// directory — all under the store lock (see the module documentation). `backlog` is what
+    /// the cluster's queue held for the address (flushed first). Nothing changes on an error.
     pub(crate) fn register(
         &self,
         outbox: &Arc<Outbox>,
         claim: &Claim,
+        backlog: Vec<bytes::Bytes>,
         now: Instant,
     ) -> Result<Registration, RelayError> {
         let addr: Arc<str> = Arc::from(claim.address());
         let mut store = lock(&self.store);
         let mut bound = None;
-        match claim {
-            Claim::Derived { .. } => {}
-            Claim::Plain { .. } => {
-                store.aliases.claim(&addr, None)?;
-            }
-            Claim::Alias { key, .. } => {
-                if store.aliases.claim(&addr, Some(key))? == AliasClaim::Bound {
+        let bind = match claim {
+            Claim::Derived { .. } => Ok(()),
+            Claim::Plain { .. } => store.aliases.claim(&addr, None).map(|_| ()),
+            Claim::Alias { key, .. } => store.aliases.claim(&addr, Some(key)).map(|claimed| {
+                if claimed == AliasClaim::Bound {
                     let key_digest = *key.digest();
                     bound = self.record(|| Change::AliasBound { alias: addr.clone(), key_digest });
                 }
+            }),
+        };
+        if let Err(e) = bind {
+            drop(store);
+            if let Some(cluster) = self.cluster.get() {
+                RelayStats::add(&self.stats.dropped_gone, backlog.len() as u64);
+                cluster.released(&addr);
+            }
+            return Err(e);
+        }
+        let mut queued = 0;
+        for body in backlog {
+            match outbox.push_uncapped(|b| b.put_slice(&body)) {
+                Ok(()) => queued += 1,
+                Err(_) => RelayStats::add(&self.stats.queue_flush_too_large, 1),
             }
         }
         let flushed = store.queues.flush(&addr, now);
         for id in flushed.expired {
             self.record(|| Change::RelayDone { addr: addr.clone(), entry: id.0 });
         }
-        let mut queued = 0;
         for entry in flushed.entries {
             self.record(|| Change::RelayDone { addr: addr.clone(), entry: entry.id.0 });
             match outbox.push_uncapped(|b| b.put_slice(&entry.payload)) {
@@ -269,8 +315,11 @@ impl Hub {
         RelayStats::add(&self.stats.queue_flushed, queued);
         let _ = outbox.push_uncapped(|b| ServerMessage::Registered { addr: &addr, queued }.encode(b));
         outbox.set_addr(addr.clone());
-        self.directory.write().unwrap_or_else(|e| e.into_inner()).insert(addr, outbox.clone());
+        self.directory.write().unwrap_or_else(|e| e.into_inner()).insert(addr.clone(), outbox.clone());
         drop(store);
+        if let Some(cluster) = self.cluster.get() {
+            cluster.registered(&addr);
+        }
         RelayStats::add(&self.stats.registrations, 1);
         Ok(Registration { queued, bound })
     }
@@ -282,14 +331,31 @@ impl Hub {
         let dropped = outbox.close();
         RelayStats::add(&self.stats.dropped_gone, dropped as u64);
         let Some(addr) = outbox.addr() else { return };
-        {
+        let removed = {
             let mut directory = self.directory.write().unwrap_or_else(|e| e.into_inner());
-            if directory.get(addr).is_some_and(|o| Arc::ptr_eq(o, outbox)) {
+            let ours = directory.get(addr).is_some_and(|o| Arc::ptr_eq(o, outbox));
+            if ours {
                 directory.remove(addr);
             }
+            ours
+        };
+        if let Some(cluster) = self.cluster.get().filter(|_| removed) {
+            cluster.released(addr);
         }
         let link = Link(outbox.clone());
-        lock(&self.rooms).disconnect(&link);
+        {
+            let mut rooms = lock(&self.rooms);
+            let mine: Vec<Arc<str>> = match self.cluster.get() {
+                Some(_) => rooms.rooms_of(&link).cloned().collect(),
+                None => Vec::new(),
+            };
+            rooms.disconnect(&link);
+            if let Some(cluster) = self.cluster.get() {
+                for room in mine.iter().filter(|r| rooms.members(r) == 0) {
+                    cluster.room_left(room);
+                }
+            }
+        }
         lock(&self.matches).disconnect(&link);
         let closed = lock(&self.pipes).disconnect(&link);
         for (pipe_id, other) in closed {
@@ -310,12 +376,16 @@ impl Hub {
     /// Delivers a message to the client holding `to`, or queues it if nobody does. `encode`
     /// writes the frame body, live or queued. `cache` is the sender's last recipient, tried
     /// first (valid while its outbox is open: an address changes hands only after its outbox
-    /// closed).
+    /// closed). With `[cluster]`, a message for an address not held here goes to the cluster
+    /// instead of the local queue, and `me` is told later: `queued` (if `tell_queued`) or the
+    /// error.
     pub(crate) fn deliver(
         &self,
+        me: &Arc<Outbox>,
         cache: &mut Option<Arc<Outbox>>,
         to: &str,
         encode: &dyn Fn(&mut BytesMut, DeliverKind),
+        tell_queued: bool,
         now: Instant,
     ) -> Result<Sent, RelayError> {
         let mut gone: Option<Arc<Outbox>> = None;
@@ -353,6 +423,10 @@ impl Hub {
                 Err(PushError::Gone) => {}
             }
         }
+        if let Some(cluster) = self.cluster.get() {
+            drop(store);
+            return self.deliver_remote(cluster, me, to, encode, tell_queued);
+        }
         let mut body = BytesMut::new();
         encode(&mut body, DeliverKind::Queued);
         if body.len() > MAX_TCP_FRAME {
@@ -377,6 +451,35 @@ impl Hub {
                 Err(RelayError::Overloaded)
             }
         }
+    }
+
+    /// Hands a message for an address not held here to the cluster.
+    fn deliver_remote(
+        &self,
+        cluster: &Arc<dyn RelayCluster>,
+        me: &Arc<Outbox>,
+        to: &str,
+        encode: &dyn Fn(&mut BytesMut, DeliverKind),
+        tell_queued: bool,
+    ) -> Result<Sent, RelayError> {
+        let (mut live, mut queued) = (BytesMut::new(), BytesMut::new());
+        encode(&mut live, DeliverKind::Live);
+        encode(&mut queued, DeliverKind::Queued);
+        if queued.len() > MAX_TCP_FRAME {
+            return self.too_large();
+        }
+        let (sender, recipient): (Arc<Outbox>, Arc<str>) = (me.clone(), Arc::from(to));
+        let to = recipient.clone();
+        let done = Box::new(move |outcome: RemoteOutcome| {
+            let reply = match outcome {
+                RemoteOutcome::Queued if tell_queued => ServerMessage::Queued { to: &recipient },
+                RemoteOutcome::Failed(error) => ServerMessage::Error { error, fatal: false },
+                _ => return,
+            };
+            let _ = sender.push_with(|b| reply.encode(b));
+        });
+        cluster.send(RemoteSend { to, live: live.freeze(), queued: queued.freeze(), done })?;
+        Ok(Sent::Remote)
     }
 
     fn live(&self) -> Result<Sent, RelayError> {
@@ -462,7 +565,13 @@ impl Hub {
 
     /// Adds `me` to `room`; returns the member count.
     pub(crate) fn join_room(&self, me: &Arc<Outbox>, room: &str) -> Result<usize, RelayError> {
-        lock(&self.rooms).join(&Link(me.clone()), room)
+        let mut rooms = lock(&self.rooms);
+        let members = rooms.join(&Link(me.clone()), room)?;
+        if let Some(cluster) = self.cluster.get().filter(|_| members == 1) {
+            // Under the rooms lock, so that the cluster sees joins and leaves in their order.
+            cluster.room_joined(room);
+        }
+        Ok(members)
     }
 
     /// Broadcasts `ct` from `me` to every other member of `room`, encoded once.
@@ -483,7 +592,25 @@ impl Hub {
                 Err(PushError::Gone) => RelayStats::add(&self.stats.dropped_gone, 1),
             }
         }
+        drop(rooms);
+        if let Some(cluster) = self.cluster.get() {
+            cluster.room_send(room, body.freeze());
+        }
         if too_large { Err(RelayError::FrameTooLarge) } else { Ok(()) }
+    }
+
+    /// Writes a `room_deliver` from another node to every member of `room` here; how many.
+    pub(crate) fn room_deliver_remote(&self, room: &str, body: &[u8]) -> usize {
+        let rooms = lock(&self.rooms);
+        let mut reached = 0;
+        for member in rooms.all_members(room) {
+            match member.0.push(body) {
+                Ok(()) => reached += 1,
+                Err(PushError::TooLarge) => RelayStats::add(&self.stats.too_large_to_forward, 1),
+                Err(PushError::Gone) => RelayStats::add(&self.stats.dropped_gone, 1),
+            }
+        }
+        reached
     }
 
     /// The rooms `me` is in.
@@ -493,7 +620,12 @@ impl Hub {
 
     /// Takes `me` out of `room` (its rules no longer let it read there).
     pub(crate) fn leave_room(&self, me: &Arc<Outbox>, room: &str) {
-        lock(&self.rooms).leave(&Link(me.clone()), room);
+        let mut rooms = lock(&self.rooms);
+        if rooms.leave(&Link(me.clone()), room) && rooms.members(room) == 0 {
+            if let Some(cluster) = self.cluster.get() {
+                cluster.room_left(room);
+            }
+        }
     }
 
     // ------------------------------------------------------------------ matchmaking

@@ -17,6 +17,8 @@
 //! - `client`: one client's protocol state whatever the transport: frames in, registration,
 //!   deliveries from its session, identity changes, the durability gate.
 //! - `register`: the asynchronous part of `register` — the provider chain and admission.
+//! - `cluster`: with `[cluster]`, the relay's side of the cluster seams (writing frames that
+//!   other nodes send to this node's clients).
 //! - `handlers`: what each message of a registered client does.
 //! - `stream`: the poll loop of a TCP or WebSocket connection; `tcp` and `ws` are their
 //!   framings (and the WebSocket route); `udp` is the one socket task of a UDP listener.
@@ -27,6 +29,7 @@ pub mod hub;
 pub mod stats;
 
 mod client;
+pub(crate) mod cluster;
 mod handlers;
 mod outbox;
 mod register;

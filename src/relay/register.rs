@@ -26,6 +26,8 @@ pub(crate) struct Admitted {
     pub(crate) identity: Identity,
     pub(crate) acl: Acl,
     pub(crate) identity_expires: Option<Instant>,
+    /// With `[cluster]`: the address's backlog taken from the cluster's queue.
+    pub(crate) backlog: Vec<bytes::Bytes>,
 }
 
 /// Runs the provider chain for `info` (whose client id is the claimed address), checks that
@@ -89,15 +91,51 @@ pub(crate) async fn admit(
         client: Some(client),
     };
     match ctx.broker.admit(admission, crate::clock::now()).await {
-        Ok(admitted) => Ok(Admitted {
-            claim,
-            session: admitted.session,
-            generation: admitted.generation,
-            identity,
-            acl,
-            identity_expires,
-        }),
+        Ok(admitted) => {
+            // Clustered: the address is claimed cluster-wide too (`address in use` while a
+            // client on another node holds it), and its backlog taken from the cluster.
+            let backlog = match relay.cluster() {
+                None => Vec::new(),
+                Some(cluster) => {
+                    let claimed = match relay.check_alias(&claim) {
+                        Ok(()) => cluster.claim(Arc::from(addr), alias_rule(&claim)).await,
+                        Err(e) => Err(e),
+                    };
+                    match claimed {
+                        Ok(backlog) => backlog,
+                        Err(e) => {
+                            ctx.broker.connection_closed(
+                                &admitted.session,
+                                admitted.generation,
+                                None,
+                                crate::clock::now(),
+                            );
+                            return Err(e);
+                        }
+                    }
+                }
+            };
+            Ok(Admitted {
+                claim,
+                session: admitted.session,
+                generation: admitted.generation,
+                identity,
+                acl,
+                identity_expires,
+                backlog,
+            })
+        }
         Err(AdmitError::InUse) => Err(RelayError::AddressInUse),
         Err(_) => Err(RelayError::AddressInUse),
+    }
+}
+
+/// What `claim` says about its alias binding, for the cluster-wide check.
+fn alias_rule(claim: &Claim) -> mesgd_core::cluster::relay::AliasRule {
+    use mesgd_core::cluster::relay::AliasRule;
+    match claim {
+        Claim::Derived { .. } => AliasRule::Derived,
+        Claim::Plain { .. } => AliasRule::Unkeyed,
+        Claim::Alias { key, .. } => AliasRule::Keyed(*key.digest()),
     }
 }

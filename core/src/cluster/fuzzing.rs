@@ -1,6 +1,7 @@
-//! The bodies of the `cluster_subject` and `cluster_registry` fuzz targets (`fuzz/fuzz_targets/`),
-//! kept here so that a unit test replays the committed seed corpus on a stable compiler. It
-//! panics when it finds a bug and returns normally on any input otherwise.
+//! The bodies of the `cluster_subject`, `cluster_registry`, `cluster_relay` and `cluster_content`
+//! fuzz targets (`fuzz/fuzz_targets/`), kept here so that a unit test replays the committed seed
+//! corpus on a stable compiler. It panics when it finds a bug and returns normally on any input
+//! otherwise.
 
 use super::subject::{LIVE, nats_matches, subject_as_filter};
 use crate::topic::{TopicFilter, TopicName};
@@ -65,5 +66,36 @@ pub fn registry_messages(data: &[u8]) {
             }
         }
         assert_eq!(TakeoverReply::decode(&a.encode()).ok(), Some(a));
+    }
+}
+
+/// The body of the `cluster_relay` fuzz target (`fuzz/fuzz_targets/cluster_relay.rs`): the
+/// input is read as a relay request and as a reply between nodes, and as an alias binding's
+/// value (never a panic), and whatever is read must read back the same after encoding.
+pub fn relay_messages(data: &[u8]) {
+    use super::relay_wire::{RelayReply, RelayRequest};
+
+    let bytes = bytes::Bytes::copy_from_slice(data);
+    if let Ok(request) = RelayRequest::decode(&bytes) {
+        assert_eq!(RelayRequest::decode(&request.encode()).as_ref(), Ok(&request));
+        assert_eq!(request.encode(), bytes, "not the canonical form");
+    }
+    if let Ok(reply) = RelayReply::decode(data) {
+        assert_eq!(&reply.encode()[..], data);
+    }
+    if let Ok(digest) = super::relay::decode_binding(data) {
+        assert_eq!(super::relay::encode_binding(&digest), data, "not the canonical form");
+    }
+}
+
+/// The body of the `cluster_content` fuzz target (`fuzz/fuzz_targets/cluster_content.rs`): the
+/// input is read as a reach header (never a panic), and whatever is read must read back the
+/// same after encoding.
+pub fn content_reach(data: &[u8]) {
+    use super::content::{decode_reach, encode_reach};
+
+    let text = String::from_utf8_lossy(data);
+    if let Ok(patterns) = decode_reach(&text) {
+        assert_eq!(decode_reach(&encode_reach(&patterns)).as_ref(), Ok(&patterns), "{text:?}");
     }
 }

@@ -13,11 +13,17 @@
 //! - [`client_key`]: the injective client id → NATS KV key escaping.
 //! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
 //! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
+//! - [`content`]: content routing's seams to the cluster and its reach header.
+//! - [`relay`]: the relay's seams to the cluster and how addresses are named in NATS;
+//!   [`relay_wire`]: the relay messages between nodes.
 //! - this file: the [`Interest`] seam of the router.
 
 pub mod client_key;
+pub mod content;
 pub mod dedupe;
 pub mod registry;
+pub mod relay;
+pub mod relay_wire;
 pub mod subject;
 #[cfg(test)]
 mod subject_tests;

@@ -97,6 +97,12 @@ impl<H: Clone + Eq + Hash> Rooms<H> {
         }
     }
 
+    /// Every member of `room`, in join order (the recipients of a `room_send` from another
+    /// node).
+    pub fn all_members<'s>(&'s self, room: &str) -> impl Iterator<Item = &'s H> + 's {
+        self.rooms.get(room).into_iter().flatten()
+    }
+
     /// Removes `who` from `room`; returns whether it was a member.
     pub fn leave(&mut self, who: &H, room: &str) -> bool {
         let Some(mine) = self.joined.get_mut(who) else {

@@ -1,0 +1,59 @@
+//! The requests other nodes send to this node's relay subject `mesgd.relay.<node>`: deliver a
+//! frame to a client here (`D`), whether a client here holds an address (`H`), flush an
+//! address's cluster queue (`F`).
+
+use async_nats::Subscriber;
+use futures_util::StreamExt;
+use mesgd_core::cluster::relay::{LocalDelivery, node_subject};
+use mesgd_core::cluster::relay_wire::{RelayReply, RelayRequest};
+use tokio::task::JoinHandle;
+
+use super::{RelayClusterStats, RelayNode};
+
+impl RelayNode {
+    /// Subscribes to this node's relay subject and answers there.
+    pub(super) async fn serve(&self) -> Result<JoinHandle<()>, crate::StartError> {
+        let me = &self.inner;
+        let requests = me
+            .client
+            .subscribe(node_subject(&me.node))
+            .await
+            .map_err(|e| crate::StartError::Relay(e.to_string()))?;
+        me.client.flush().await.map_err(|e| crate::StartError::Relay(e.to_string()))?;
+        Ok(tokio::spawn(self.clone().answer(requests)))
+    }
+
+    async fn answer(self, mut requests: Subscriber) {
+        while let Some(message) = requests.next().await {
+            let reply = match RelayRequest::decode(&message.payload) {
+                Ok(RelayRequest::Deliver { to, body }) => Some(match self.inner.local.deliver(&to, &body) {
+                    LocalDelivery::Written => {
+                        RelayClusterStats::add(&self.stats().received, 1);
+                        RelayReply::Written
+                    }
+                    LocalDelivery::TooLarge => RelayReply::TooLarge,
+                    _ => {
+                        RelayClusterStats::add(&self.stats().not_here, 1);
+                        RelayReply::NotHere
+                    }
+                }),
+                Ok(RelayRequest::Held { addr }) => {
+                    Some(if self.holds(&addr) { RelayReply::Held } else { RelayReply::NotHere })
+                }
+                Ok(RelayRequest::Flush { addr }) => {
+                    let node = self.clone();
+                    tokio::spawn(async move { node.flush_late(&addr).await });
+                    None
+                }
+                Err(e) => {
+                    RelayClusterStats::add(&self.stats().decode_errors, 1);
+                    tracing::debug!(error = %e, "cluster: unreadable relay request");
+                    None
+                }
+            };
+            if let (Some(reply), Some(to)) = (reply, message.reply) {
+                let _ = self.inner.client.publish(to, reply.encode()).await;
+            }
+        }
+    }
+}
