@@ -18,7 +18,9 @@
 //! is ever cloned, so changes do not slow down with size; changes queued by many callers at
 //! once are published together with one swap.
 //!
-//! Both copies share the listeners' [`Path`] texts, so the second copy costs only its tables.
+//! Both copies share the listeners' [`Path`] texts and liveness words, so the second copy costs
+//! only its tables. A reader's only writes are two read-modify-writes of a matching listener's
+//! liveness word around its callback; they never wait.
 //!
 //! # Why a removed listener receives nothing
 //!
