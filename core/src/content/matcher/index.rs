@@ -16,7 +16,11 @@
 //! one list, so no listener is yielded twice.
 //!
 //! Lists are doubly linked through the record slots: adding and removing a listener is O(1).
+//!
+//! A record found to match calls back only if its listener is alive (`liveness.rs`): records
+//! of removed listeners stay in a copy until the writer cleans it up with its next batch.
 
+use super::liveness::{CHUNK, Call, Chunk};
 use super::table::{Table, anchor_key, presence_key};
 use crate::content::hash;
 use crate::content::message::Message;
@@ -39,9 +43,14 @@ struct Record<Id> {
     /// One bit per segment (see [`bit`]): a candidate whose bits the message lacks is skipped
     /// without reading its path.
     signature: u64,
-    /// The table key of its list, or [`EVERYTHING`].
-    anchor: u64,
+    /// The generation of its slot's state word it was inserted with (see `liveness.rs`).
+    generation: u32,
+    /// Which of its segments it is filed under, or [`EVERYTHING_SEGMENT`].
+    anchor_segment: u8,
 }
+
+/// The anchor segment of a listener filed on the everything list.
+pub(super) const EVERYTHING_SEGMENT: u8 = u8::MAX;
 
 /// A bit chosen by six bits of an anchor hash (bits the table and filter do not use first).
 #[inline(always)]
@@ -63,17 +72,32 @@ pub(super) fn signature(path: &Path) -> u64 {
     path.segments().map(|seg| bit(segment_anchor(&seg))).fold(0, |a, b| a | b)
 }
 
+/// Where and how a listener is filed.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Placing {
+    /// The table key of its list, or [`EVERYTHING`].
+    pub(super) anchor: u64,
+    /// Which segment that is ([`EVERYTHING_SEGMENT`] for the everything list).
+    pub(super) anchor_segment: u8,
+    /// See [`signature`].
+    pub(super) signature: u64,
+    /// Its slot's generation.
+    pub(super) generation: u32,
+}
+
 /// One copy of the index. The writer keeps two in step (see `mod.rs`).
 #[derive(Clone, Debug)]
 pub(super) struct Index<Id> {
     records: Vec<Option<Record<Id>>>,
     table: Table,
     everything: u32,
+    /// The slots' state words (shared with the writer and the other copy).
+    states: Vec<Chunk>,
 }
 
 impl<Id: Copy> Index<Id> {
     pub(super) fn new() -> Self {
-        Index { records: Vec::new(), table: Table::default(), everything: NONE }
+        Index { records: Vec::new(), table: Table::default(), everything: NONE, states: Vec::new() }
     }
 
     /// How many listeners are filed under `anchor`.
@@ -86,7 +110,13 @@ impl<Id: Copy> Index<Id> {
         self.records.get(slot as usize)?.as_ref().map(|r| &r.path)
     }
 
-    pub(super) fn insert(&mut self, slot: u32, id: Id, path: Path, anchor: u64, signature: u64) {
+    pub(super) fn insert(&mut self, slot: u32, id: Id, path: Path, placing: Placing, chunk: &Chunk) {
+        let Placing { anchor, anchor_segment, signature, generation } = placing;
+        let c = slot as usize / CHUNK;
+        if self.states.len() <= c {
+            // Slots are numbered in order, so every earlier chunk is here already.
+            self.states.resize(c + 1, chunk.clone());
+        }
         let head = if anchor == EVERYTHING {
             std::mem::replace(&mut self.everything, slot)
         } else {
@@ -104,13 +134,18 @@ impl<Id: Copy> Index<Id> {
         if let Some(Some(next)) = self.records.get_mut(head as usize) {
             next.prev = slot;
         }
-        self.records[i] = Some(Record { path, id, next: head, prev: NONE, signature, anchor });
+        self.records[i] =
+            Some(Record { path, id, next: head, prev: NONE, signature, generation, anchor_segment });
     }
 
     pub(super) fn remove(&mut self, slot: u32) {
         let i = slot as usize;
         let Some(Some(rec)) = self.records.get(i) else { return };
-        let (next, prev, anchor) = (rec.next, rec.prev, rec.anchor);
+        let (next, prev) = (rec.next, rec.prev);
+        let anchor = match rec.path.segments().nth(usize::from(rec.anchor_segment)) {
+            Some(seg) if rec.anchor_segment != EVERYTHING_SEGMENT => segment_anchor(&seg),
+            _ => EVERYTHING,
+        };
         if let Some(Some(n)) = self.records.get_mut(next as usize) {
             n.prev = prev;
         }
@@ -139,7 +174,7 @@ impl<Id: Copy> Index<Id> {
     pub(super) fn for_each(&self, msg: &Message<'_>, f: &mut impl FnMut(Id, &Path)) {
         let mut slot = self.everything;
         while let Some(Some(r)) = self.records.get(slot as usize) {
-            f(r.id, &r.path);
+            self.call(slot, r, f);
             slot = r.next;
         }
         if self.table.is_empty() {
@@ -194,9 +229,20 @@ impl<Id: Copy> Index<Id> {
         let mut slot = head;
         while let Some(Some(r)) = self.records.get(slot as usize) {
             if r.signature & !signature == 0 && r.path.matches(msg) {
-                f(r.id, &r.path);
+                self.call(slot, r, f);
             }
             slot = r.next;
+        }
+    }
+
+    /// Calls `f` for the matching record in `slot` if its listener is alive.
+    #[inline(always)]
+    fn call(&self, slot: u32, r: &Record<Id>, f: &mut impl FnMut(Id, &Path)) {
+        let s = slot as usize;
+        let Some(state) = self.states.get(s / CHUNK).and_then(|c| c.get(s % CHUNK)) else { return };
+        let call = Call::enter(state, r.generation);
+        if call.live() {
+            f(r.id, &r.path);
         }
     }
 
@@ -221,8 +267,10 @@ impl<Id: Copy> Index<Id> {
         }
     }
 
-    /// Heap bytes held by this copy (not the shared path texts).
+    /// Heap bytes held by this copy (not the shared path texts nor state words).
     pub(super) fn heap_bytes(&self) -> usize {
-        self.records.capacity() * std::mem::size_of::<Option<Record<Id>>>() + self.table.heap_bytes()
+        self.records.capacity() * std::mem::size_of::<Option<Record<Id>>>()
+            + self.table.heap_bytes()
+            + self.states.capacity() * std::mem::size_of::<Chunk>()
     }
 }

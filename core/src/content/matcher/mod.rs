@@ -18,22 +18,30 @@
 //! is ever cloned, so changes do not slow down with size; changes queued by many callers at
 //! once are published together with one swap.
 //!
-//! Both copies share the listeners' [`Path`] texts, so the second copy costs only its tables.
+//! Both copies share the listeners' [`Path`] texts and liveness words, so the second copy costs
+//! only its tables. A reader's only writes are two read-modify-writes of a matching listener's
+//! liveness word around its callback; they never wait.
 //!
 //! # Why a removed listener receives nothing
 //!
-//! [`Matcher::remove`] returns only after its change is live and no reader still holds the
-//! copy it replaced: by then no match that could still see the listener is running, and every
-//! later match uses a copy without it. The same holds for [`Matcher::insert`] replacing a
-//! listener's path. An insert of a new listener does not wait for readers.
+//! Every listener has a liveness word shared by both copies (`liveness.rs`). A match that finds
+//! a listener announces its callback on that word and calls back only if the listener is
+//! alive; [`Matcher::remove`] marks it dead and returns once no callback for it is running
+//! (other than the caller's own, when a callback removes its own listener). Both are one
+//! read-modify-write of the same word, so either the callback was announced first and the
+//! removal waits for it to return, or the mark came first and the match skips the listener:
+//! after `remove` returns, no match in progress or to come calls back for it. The same holds
+//! for [`Matcher::insert`] replacing a listener's path (the old record dies). A removal thus
+//! waits for no match, only for a running callback of its own listener; its record is unlinked
+//! from the index later, in a batch (`writer.rs`).
 //!
-//! The wait is for matches in progress, which is why callbacks must be short and must not
-//! block. A callback that itself calls `insert` or `remove` does not deadlock on its own match:
-//! the writer then clones the index instead of waiting for its caller (correct, but
-//! O(listeners)). It must not do so while another thread is writing to the same matcher: that
-//! writer may be waiting for the callback's match to end.
+//! Callbacks must be short and must not block (a removal of their listener waits for them). A
+//! callback may call `insert` or `remove`: the writer then clones the index instead of waiting
+//! for its caller's match (correct, but O(listeners) for an insert). It must not do so while
+//! another thread's callback removes this callback's listener: each would wait for the other.
 
 mod index;
+mod liveness;
 mod table;
 mod writer;
 
@@ -149,7 +157,8 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
     }
 
     /// Unregisters `id`; returns whether it was registered. When this returns, no match in
-    /// progress or to come yields `id`.
+    /// progress or to come yields `id`, and no callback for it is running (unless this is
+    /// called from that callback).
     pub fn remove(&self, id: Id) -> bool {
         match self.submit(Op::Remove(id)) {
             Outcome::Removed(removed) => removed,
@@ -164,8 +173,8 @@ impl<Id: Copy + Eq + Hash + Send + Sync> Matcher<Id> {
         let request = Request { op, ticket: ticket.clone() };
         let mut w;
         if inside_match() {
-            // Alone: a batch could hold another thread's removal, whose wait for readers
-            // cannot end while this thread's match does not.
+            // Alone: a batch could hold another thread's removal of the listener this callback
+            // is for, whose wait cannot end while this callback does not.
             w = self.lock();
             self.publish(&mut w, vec![request]);
         } else {

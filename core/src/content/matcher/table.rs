@@ -7,9 +7,12 @@
 //! [`anchor_key`]).
 //!
 //! Most anchors a message has belong to no listener, so a bitmap filter answers those first:
-//! one bit per anchor hash (chosen by the hash's top bits), 10 bits or more per anchor, small
-//! enough to stay in the core's cache when the table is not. A clear bit means no such anchor;
-//! a set bit means look in the table. Bits are set on insert and never cleared on removal; the
+//! a blocked Bloom filter of 10 bits or more per anchor, small enough to stay in the core's
+//! cache when the table is not. Each anchor sets two bits in one 64-bit word (the word chosen by
+//! the hash's top bits, the two bits by two 6-bit fields below the signature's, see
+//! `index.rs`), so a test reads one word and a third as many absent anchors get through as with
+//! one bit each (about 3 % rather than 9 % at 10 bits per anchor). A clear bit means no such
+//! anchor; both set means look in the table. Bits are set on insert and never cleared on removal; the
 //! filter is rebuilt from the table when it has grown stale (as many removals as live anchors)
 //! or the table is resized, which amortises to O(1) per change.
 
@@ -41,13 +44,19 @@ pub(super) struct Table {
     entries: Vec<Entry>,
     len: usize,
     filter: Vec<u64>,
-    /// `64 - log2(bits in the filter)`: the shift that turns a hash into a filter bit.
+    /// `64 - log2(words in the filter)`: the shift that turns a hash into a filter word.
     filter_shift: u32,
     /// Anchors removed since the filter was last built.
     stale: usize,
 }
 
 const MIN_ENTRIES: usize = 16;
+
+/// The two bits an anchor sets in its filter word.
+#[inline(always)]
+fn filter_bits(hash: u64) -> u64 {
+    1 << ((hash >> 20) & 63) | 1 << ((hash >> 26) & 63)
+}
 
 impl Table {
     pub(super) fn is_empty(&self) -> bool {
@@ -57,8 +66,8 @@ impl Table {
     /// Whether `hash` may be an anchor here (false: certainly not).
     #[inline(always)]
     pub(super) fn may_hold(&self, hash: u64) -> bool {
-        let bit = (hash >> self.filter_shift) as usize;
-        self.filter.get(bit / 64).is_some_and(|w| w >> (bit % 64) & 1 != 0)
+        let bits = filter_bits(hash);
+        self.filter.get((hash >> self.filter_shift) as usize).is_some_and(|w| w & bits == bits)
     }
 
     #[inline(always)]
@@ -172,19 +181,20 @@ impl Table {
     }
 
     fn set_filter_bit(&mut self, hash: u64) {
-        let bit = (hash >> self.filter_shift) as usize;
-        if let Some(w) = self.filter.get_mut(bit / 64) {
-            *w |= 1 << (bit % 64);
+        let bits = filter_bits(hash);
+        if let Some(w) = self.filter.get_mut((hash >> self.filter_shift) as usize) {
+            *w |= bits;
         }
     }
 
     /// Sizes the filter for the entries' capacity (8 bits per entry, so 10 to 64 per anchor)
     /// and sets the bit of every live anchor.
     fn rebuild_filter(&mut self) {
-        let bits = (self.entries.len() * 8).max(64).next_power_of_two();
-        self.filter_shift = 64 - bits.trailing_zeros();
+        // Two words at least, so that the shift is below 64.
+        let words = (self.entries.len() / 8).max(2).next_power_of_two();
+        self.filter_shift = 64 - words.trailing_zeros();
         self.filter.clear();
-        self.filter.resize(bits / 64, 0);
+        self.filter.resize(words, 0);
         for i in 0..self.entries.len() {
             let hash = self.entries[i].hash;
             if hash != 0 {
@@ -207,6 +217,26 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// The filter lets few absent anchors through: at 100,000 anchors (21 filter bits per
+    /// anchor at this table size) about 1.1 % of absent ones reach the table; the bound is
+    /// 2.5 % (one bit per anchor would let about 4.7 % through).
+    #[test]
+    fn the_filter_lets_few_absent_anchors_through() {
+        let mut table = Table::default();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            anchor_key(x)
+        };
+        for n in 0..100_000 {
+            table.push(next(), n);
+        }
+        let through = (0..100_000).filter(|_| table.may_hold(next())).count();
+        assert!(through < 2_500, "{through} of 100,000 absent anchors pass the filter");
+    }
 
     proptest! {
         /// The table agrees with a map of list lengths through runs of pushes, then mostly

@@ -1,41 +1,47 @@
 //! The write side of the matcher: batches of inserts and removes, published with one swap.
 //!
 //! Writers never block readers: they change the spare copy of the index and swap it live (see
-//! `mod.rs`). Two things keep that cheap under a stream of changes.
+//! `mod.rs`). Three things keep that cheap under a stream of changes.
+//!
+//! **Removals without a publication.** A removal marks its listener dead (`liveness.rs`), which
+//! takes effect at once in every copy and every match in progress, and waits only for a
+//! callback of that listener that is running right now. Its record is unlinked from the index
+//! later, with the next publication: the next insert's, or once [`PENDING_REMOVALS`] removals
+//! have piled up. A replacing insert kills the old record the same way.
 //!
 //! **Batching.** A caller queues its change, then takes the writer lock. Whoever holds the lock
-//! takes every change queued so far, applies them all to the spare copy, publishes it with one
-//! swap and, if any of them removed or replaced a listener, waits once for the readers of the
-//! copy it replaced. Every caller whose change was in that batch finds its result when it gets
-//! the lock in turn and returns at once; so a hundred tasks registering listeners at the same
-//! moment pay for one publication, not a hundred, and each still returns only once its own
-//! change is live (and, for a removal, once no match in progress can yield the listener).
+//! takes every change queued so far, applies them all to the spare copy and publishes it with one
+//! swap. Every caller whose change was in that batch finds its result when it gets the lock in
+//! turn and returns at once; so a hundred tasks registering listeners at the same moment pay
+//! for one publication, not a hundred, and each still returns only once its own change is live
+//! (and, for a removal, once no callback for the listener can run).
 //!
 //! **Catching up late.** The copy that was live until a swap is not brought level at once: the
 //! batch is kept and applied to it at the start of the next publication, by which time its
-//! last readers are normally long gone. An insert of a new listener therefore never waits for
-//! readers at all, and each change is applied to each copy once.
+//! last readers are normally long gone. No change waits for a match in progress, and each
+//! change is applied to each copy once.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use super::index::{EVERYTHING, Index, segment_anchor, signature};
+use super::index::{EVERYTHING, EVERYTHING_SEGMENT, Index, Placing, segment_anchor, signature};
+use super::liveness::{Chunk, States};
 use super::{MatcherFull, inside_match};
 use crate::content::hash;
 use crate::content::path::{Constraint, Path};
 
 /// One change to an index, applied to both copies in turn.
 pub(super) enum Change<Id> {
-    Insert { slot: u32, id: Id, path: Path, anchor: u64, signature: u64 },
+    Insert { slot: u32, id: Id, path: Path, placing: Placing, chunk: Chunk },
     Remove { slot: u32 },
 }
 
 impl<Id: Copy> Change<Id> {
     fn apply(&self, index: &mut Index<Id>) {
         match self {
-            Change::Insert { slot, id, path, anchor, signature } => {
-                index.insert(*slot, *id, path.clone(), *anchor, *signature);
+            Change::Insert { slot, id, path, placing, chunk } => {
+                index.insert(*slot, *id, path.clone(), *placing, chunk);
             }
             Change::Remove { slot } => index.remove(*slot),
         }
@@ -75,7 +81,16 @@ pub(super) struct Writer<Id> {
     pub(super) text_bytes: usize,
     /// How many batches were made live.
     pub(super) publications: u64,
+    /// The slots' liveness words.
+    states: States,
+    /// Slots of removed (dead) listeners not yet unlinked from the index.
+    pending: Vec<u32>,
 }
+
+/// Removals of listeners are unlinked from the index in a publication of their own once this
+/// many have piled up without an insert to ride along with (until then their records stay in
+/// the index, dead, and cost a skipped candidate when a message reaches them).
+pub(super) const PENDING_REMOVALS: usize = 64;
 
 impl<Id: Copy + Eq + Hash> Writer<Id> {
     pub(super) fn new() -> Self {
@@ -87,6 +102,8 @@ impl<Id: Copy + Eq + Hash> Writer<Id> {
             next_slot: 0,
             text_bytes: 0,
             publications: 0,
+            states: States::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -99,6 +116,8 @@ impl<Id: Copy + Eq + Hash> Writer<Id> {
             + self.text_bytes
             + slots
             + self.free.capacity() * 4
+            + self.pending.capacity() * 4
+            + self.states.heap_bytes()
     }
 
     fn alloc_slot(&mut self) -> u32 {
@@ -108,14 +127,25 @@ impl<Id: Copy + Eq + Hash> Writer<Id> {
         })
     }
 
-    /// Applies `batch` and publishes it: brings the spare copy level, applies each change
-    /// (in order, each seeing the ones before it), swaps the copy live, and waits for the
-    /// readers of the replaced copy if any change removed or replaced a listener. Returns the
-    /// copy to make live through `swap`, which returns the copy it replaces.
+    /// Applies `batch`: removals at once (see the module documentation), the rest in a
+    /// publication when there is something to publish: brings the spare copy level, applies
+    /// each change (in order, each seeing the ones before it) and the pending removals, and
+    /// makes the copy live through `swap` (which returns the copy it replaces). Nothing here
+    /// waits for a match in progress.
     pub(super) fn run<F>(&mut self, batch: Vec<Request<Id>>, max: usize, swap: F) -> Vec<(Ticket, Outcome)>
     where
         F: FnOnce(Arc<Index<Id>>) -> Arc<Index<Id>>,
     {
+        let inserts = batch.iter().filter(|r| matches!(r.op, Op::Insert(..))).count();
+        let removals = batch.len() - inserts;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        if inserts == 0 && self.pending.len() + removals < PENDING_REMOVALS {
+            for Request { op, ticket } in batch {
+                let Op::Remove(id) = op else { unreachable!("the batch holds only removals") };
+                outcomes.push((ticket, Outcome::Removed(self.kill(id).is_some())));
+            }
+            return outcomes;
+        }
         let mut index = self.spare.take().unwrap_or_else(|| Arc::new(Index::new()));
         if !inside_match() {
             // Its readers are those of the copy before the last swap: normally long gone.
@@ -127,10 +157,7 @@ impl<Id: Copy + Eq + Hash> Writer<Id> {
         for change in self.behind.drain(..) {
             change.apply(ix);
         }
-        let mut changes = Vec::with_capacity(batch.len() + 1);
-        let mut freed = Vec::new();
-        let mut strict = false;
-        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut changes = Vec::with_capacity(inserts + self.pending.len() + removals);
         for Request { op, ticket } in batch {
             let outcome = match op {
                 Op::Insert(id, path) => {
@@ -139,53 +166,51 @@ impl<Id: Copy + Eq + Hash> Writer<Id> {
                         Outcome::Inserted(Err(MatcherFull { limit: max }))
                     } else {
                         let old_path = old.and_then(|s| ix.placed(s)).cloned();
-                        if let Some(slot) = old {
-                            strict = true;
-                            push(ix, &mut changes, Change::Remove { slot });
-                            freed.push(slot);
-                        }
-                        if let Some(p) = &old_path {
-                            self.text_bytes -= p.heap_bytes();
-                        }
+                        self.kill(id);
                         self.text_bytes += path.heap_bytes();
-                        let anchor = choose_anchor(ix, &path);
+                        let (anchor, anchor_segment) = choose_anchor(ix, &path);
                         let slot = self.alloc_slot();
-                        let signature = signature(&path);
-                        push(ix, &mut changes, Change::Insert { slot, id, path, anchor, signature });
+                        let generation = self.states.revive(slot);
+                        let placing =
+                            Placing { anchor, anchor_segment, signature: signature(&path), generation };
+                        let chunk = self.states.chunk(slot);
+                        push(ix, &mut changes, Change::Insert { slot, id, path, placing, chunk });
                         self.slots.insert(id, slot);
                         Outcome::Inserted(Ok(old_path))
                     }
                 }
-                Op::Remove(id) => match self.slots.remove(&id) {
-                    Some(slot) => {
-                        if let Some(p) = ix.placed(slot) {
-                            self.text_bytes -= p.heap_bytes();
-                        }
-                        strict = true;
-                        push(ix, &mut changes, Change::Remove { slot });
-                        freed.push(slot);
-                        Outcome::Removed(true)
-                    }
-                    None => Outcome::Removed(false),
-                },
+                Op::Remove(id) => Outcome::Removed(self.kill(id).is_some()),
             };
             outcomes.push((ticket, outcome));
+        }
+        let freed = std::mem::take(&mut self.pending);
+        for &slot in &freed {
+            if let Some(p) = ix.placed(slot) {
+                self.text_bytes -= p.heap_bytes();
+            }
+            push(ix, &mut changes, Change::Remove { slot });
         }
         if changes.is_empty() {
             self.spare = Some(index);
             return outcomes;
         }
         self.publications += 1;
-        let replaced = swap(index);
-        if strict && !inside_match() {
-            // A removed listener must not reach anyone once its removal returns.
-            wait_until_unique(&replaced);
-        }
-        self.spare = Some(replaced);
+        self.spare = Some(swap(index));
         self.behind = changes;
-        // Slots are reused only once neither copy holds their old record.
+        // Slots are reused only once neither copy holds their old record (the spare loses it
+        // at the start of the next publication, before any slot is allocated), and a reader
+        // still holding an old record sees an older generation.
         self.free.extend(freed);
         outcomes
+    }
+
+    /// Unregisters `id` if it is registered: its listener is dead (no callback for it runs
+    /// once this returns) and its record waits in `pending` to be unlinked. Returns its slot.
+    fn kill(&mut self, id: Id) -> Option<u32> {
+        let slot = self.slots.remove(&id)?;
+        self.states.kill(slot);
+        self.pending.push(slot);
+        Some(slot)
     }
 }
 
@@ -195,19 +220,20 @@ fn push<Id: Copy>(ix: &mut Index<Id>, changes: &mut Vec<Change<Id>>, change: Cha
     changes.push(change);
 }
 
-/// The anchor to file `path` under: the value segment with the shortest list, else the
-/// presence segment with the shortest list (values are selective: few messages carry a given
-/// pair, many carry a given key). The first of equals wins.
-fn choose_anchor<Id: Copy>(ix: &Index<Id>, path: &Path) -> u64 {
-    let mut best: Option<((bool, u32), u64)> = None;
-    for seg in path.segments() {
+/// The anchor to file `path` under and which segment it is: the value segment with the
+/// shortest list, else the presence segment with the shortest list (values are selective: few
+/// messages carry a given pair, many carry a given key). The first of equals wins.
+fn choose_anchor<Id: Copy>(ix: &Index<Id>, path: &Path) -> (u64, u8) {
+    let mut best: Option<((bool, u32), u64, u8)> = None;
+    // At most `MAX_SEGMENTS` (64) segments: the position fits in a byte.
+    for (n, seg) in path.segments().enumerate() {
         let anchor = segment_anchor(&seg);
         let rank = (seg.constraint == Constraint::Present, ix.list_len(anchor));
         if best.is_none_or(|b| rank < b.0) {
-            best = Some((rank, anchor));
+            best = Some((rank, anchor, n as u8));
         }
     }
-    best.map_or(EVERYTHING, |b| b.1)
+    best.map_or((EVERYTHING, EVERYTHING_SEGMENT), |b| (b.1, b.2))
 }
 
 /// Spins, then yields, until the only reference to `index` is the caller's.

@@ -120,13 +120,73 @@ fn a_callback_may_change_the_matcher() {
     m.insert(1u64, p("/a")).unwrap();
     m.insert(2, p("/a")).unwrap();
     let msg = scan(r#"{"a":1}"#);
+    let mut called = Vec::new();
     m.for_each_match(&msg, |id| {
+        called.push(id);
         // Would wait for itself if the matcher did not notice it is called from a match.
         m.remove(3 - id);
         m.insert(10 + id, p("/a=1")).unwrap();
     });
-    let after = matched(&m, &msg);
-    assert!(after.contains(&11) && after.contains(&12), "{after:?}");
+    // The first callback removed the other listener, which then received nothing, although
+    // the match was already running when it was removed.
+    assert_eq!(called.len(), 1, "{called:?}");
+    let first = called[0];
+    let mut after = matched(&m, &msg);
+    after.sort_unstable();
+    assert_eq!(after, vec![first, 10 + first]);
+}
+
+#[test]
+fn a_callback_may_remove_its_own_listener() {
+    let m = Matcher::new();
+    m.insert(1u64, p("/a")).unwrap();
+    let msg = scan(r#"{"a":1}"#);
+    let mut calls = 0;
+    m.for_each_match(&msg, |id| {
+        calls += 1;
+        // Would wait for itself if its own callback counted as one in progress.
+        assert!(m.remove(id));
+    });
+    assert_eq!(calls, 1);
+    assert!(matched(&m, &msg).is_empty());
+    assert!(m.is_empty());
+}
+
+/// A removal waits for a callback of its listener that is already running, and only then
+/// returns: the guarantee covers a match that was in progress.
+#[test]
+fn a_removal_waits_for_a_running_callback_of_its_listener() {
+    let m = Arc::new(Matcher::new());
+    m.insert(1u64, p("/a")).unwrap();
+    let (removing, returned) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let reader = {
+        let (m, removing, returned) = (m.clone(), removing.clone(), returned.clone());
+        std::thread::spawn(move || {
+            let msg = Message::scan(br#"{"a":1}"#).unwrap();
+            let mut early = false;
+            m.for_each_match(&msg, |_| {
+                entered_tx.send(()).unwrap();
+                while !removing.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+                // The remover is in `remove` (or about to be): for the next 20 ms it must not
+                // return while this callback runs.
+                let until = Instant::now() + Duration::from_millis(20);
+                while Instant::now() < until {
+                    early |= returned.load(Ordering::SeqCst);
+                }
+            });
+            early
+        })
+    };
+    entered_rx.recv().unwrap();
+    removing.store(true, Ordering::SeqCst);
+    assert!(m.remove(1));
+    returned.store(true, Ordering::SeqCst);
+    assert!(!reader.join().unwrap(), "remove returned while a callback of its listener was running");
+    let msg = scan(r#"{"a":1}"#);
+    assert!(matched(&m, &msg).is_empty());
 }
 
 /// The matcher and the linear scan (each path's own `matches`) agree on 1.6 × 10⁵ message/path
@@ -373,16 +433,33 @@ fn concurrent_writers_get_their_own_answers_and_removals_stay_strict() {
     assert!(seen.load(Ordering::Relaxed) > 0, "the reader never saw a listener: the test proved nothing");
 }
 
-/// One caller at a time: each change that changes something is one publication.
+/// One caller at a time: each insert that changes something is one publication; removals take
+/// effect without one and are unlinked from the index with the next publication, or in one of
+/// their own once `PENDING_REMOVALS` (64) have piled up.
 #[test]
-fn each_lone_change_is_one_publication() {
+fn each_lone_insert_is_one_publication_and_removals_ride_along() {
     let m = Matcher::new();
-    m.insert(1u8, p("/a")).unwrap();
+    m.insert(1u64, p("/a")).unwrap();
     m.insert(2, p("/b")).unwrap();
     m.insert(1, p("/c")).unwrap();
     assert_eq!(m.publications(), 3);
     assert!(!m.remove(9));
     assert_eq!(m.publications(), 3, "a removal that changes nothing publishes nothing");
     assert!(m.remove(2));
+    assert_eq!(m.publications(), 3, "a removal is live without a publication");
+    assert!(matched(&m, &scan(r#"{"b":1}"#)).is_empty());
+    m.insert(3, p("/d")).unwrap();
     assert_eq!(m.publications(), 4);
+    for id in 100..164 {
+        m.insert(id, p("/e")).unwrap();
+    }
+    assert_eq!(m.publications(), 68);
+    for id in 100..163 {
+        assert!(m.remove(id));
+    }
+    assert_eq!(m.publications(), 68, "63 removals wait for a publication");
+    assert!(m.remove(163));
+    assert_eq!(m.publications(), 69, "the 64th publishes them");
+    assert_eq!(m.len(), 2);
+    assert!(matched(&m, &scan(r#"{"e":1}"#)).is_empty());
 }
