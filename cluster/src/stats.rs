@@ -75,6 +75,9 @@ pub struct ClusterStats {
     pub users_applied: AtomicU64,
     /// Users from the stream that could not be written into this node's store (retried).
     pub users_apply_errors: AtomicU64,
+    /// Users from the stream not written because this node's store had a newer change of its
+    /// own, not yet published (which is published next and wins).
+    pub users_kept_local: AtomicU64,
     /// Unusable messages in the users stream (ignored).
     pub users_invalid: AtomicU64,
     /// Users whose name is too long for a subject: kept on this node only.
@@ -236,6 +239,12 @@ impl ClusterStats {
                 "Users from the stream not written into this node's store (retried)",
                 Counter,
                 get(&self.users_apply_errors),
+            ),
+            (
+                "users_kept_local",
+                "Users from the stream not written: a newer local change goes out instead",
+                Counter,
+                get(&self.users_kept_local),
             ),
             ("users_invalid", "Unusable messages in the users stream", Counter, get(&self.users_invalid)),
             (

@@ -18,8 +18,9 @@
 //!   disabled or removed user's connections, dropped cached password checks.
 //!
 //! The stream's order is the one order: two nodes changing one user at once converge on the
-//! change the stream stored last (a change made on a node while it applies another to the
-//! same user, within one poll, can be overwritten). On joining, a node first applies what the
+//! change the stream stored last. A message from the stream never overwrites a change made
+//! here that has not gone out yet (the store holds something other than what the replicator
+//! last wrote or saw): that change is published next and wins. On joining, a node first applies what the
 //! stream holds (the stream wins over its own copy of a user), then publishes the users only
 //! it has. Every few seconds the replicator compares the store with the stream again, which
 //! retries what failed (NATS down, a store error).
@@ -92,6 +93,7 @@ pub(crate) async fn start(
         known: Known::new(),
         seen: Arc::default(),
         unsent: HashSet::new(),
+        base: Known::new(),
     };
     let loaded = tokio::time::timeout(load_timeout, async {
         while pending > 0 {
@@ -130,6 +132,10 @@ struct Replicator {
     seen: Arc<HashMap<String, Arc<UserRecord>>>,
     /// Users changed here whose publish failed: the store has the newer state.
     unsent: HashSet<String>,
+    /// What the store held of each user when the replicator last knew it (what it wrote, or
+    /// what the directory showed it): a store that holds something else has a local change
+    /// not yet published, which a message from the stream must not overwrite.
+    base: Known,
 }
 
 impl Replicator {
@@ -192,23 +198,42 @@ impl Replicator {
         }
     }
 
-    /// Writes what the stream says of `username` into the local store; whether it changed
-    /// anything.
-    async fn write_local(&self, username: &str, user: Option<ReplicatedUser>) -> bool {
+    /// Writes what the stream says of `username` into the local store, unless the store holds
+    /// a local change not yet published (then the change is published next and wins); whether
+    /// it changed anything.
+    async fn write_local(&mut self, username: &str, user: Option<ReplicatedUser>) -> bool {
         let directory = self.directory.clone();
         let name = username.to_owned();
-        let written = tokio::task::spawn_blocking(move || match &user {
-            Some(user) => directory.store().put_replicated(user).map_err(|e| e.to_string()),
-            None => directory.store().remove_replicated(&name).map_err(|e| e.to_string()),
+        let base = match self.base.get(username) {
+            Some(state) => state.clone(),
+            None => self.seen.get(username).map(|r| ReplicatedUser::of(r)),
+        };
+        let wanted = user.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let store = directory.store();
+            let current = store.user(&name).map_err(|e| e.to_string())?.map(|r| ReplicatedUser::of(&r));
+            if current != base && current != wanted {
+                return Ok(None);
+            }
+            match &wanted {
+                Some(user) => store.put_replicated(user).map_err(|e| e.to_string()),
+                None => store.remove_replicated(&name).map_err(|e| e.to_string()),
+            }
+            .map(Some)
         })
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
         match written {
-            Ok(changed) => {
+            Ok(Some(changed)) => {
+                self.base.insert(username.to_owned(), user);
                 if changed {
                     ClusterStats::add(&self.stats.users_applied, 1);
                 }
                 changed
+            }
+            Ok(None) => {
+                ClusterStats::add(&self.stats.users_kept_local, 1);
+                false
             }
             Err(e) => {
                 ClusterStats::add(&self.stats.users_apply_errors, 1);
@@ -231,6 +256,7 @@ impl Replicator {
                 continue;
             }
             let state = new.map(|r| ReplicatedUser::of(r));
+            self.base.insert(name.clone(), state.clone());
             let stream_says = self.known.get(name);
             match (&state, stream_says) {
                 // Removed here, and the stream does not know the user (or knows it removed).
