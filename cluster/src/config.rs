@@ -60,6 +60,9 @@ pub struct ClusterConfig {
     /// Server unavailable; past the second, the claim stands and the connect proceeds.
     #[serde(default = "default_registry_timeout_ms")]
     pub registry_timeout_ms: u64,
+    /// `[cluster.durable]`: the stream of QoS 1/2 messages.
+    #[serde(default)]
+    pub durable: crate::durable::DurableConfig,
 }
 
 /// `[cluster.tls]`: TLS towards the NATS servers.
@@ -126,6 +129,7 @@ impl fmt::Debug for ClusterConfig {
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)
+            .field("durable", &self.durable)
             .finish()
     }
 }
@@ -238,7 +242,7 @@ impl ClusterConfig {
                 why: "a non-empty name without whitespace, '.', '/', '*' or '>'",
             });
         }
-        Ok(())
+        self.durable.validate()
     }
 
     /// Resolves the configured file paths against `base` (the config file's directory).

@@ -22,6 +22,7 @@
 //! # Layout
 //!
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
+//! - `durable`: the stream of QoS 1/2 messages, stored before their acknowledgement.
 //! - `interest`: the subjects this node wants, counted per filter.
 //! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
 //! - `retained`: the retained stream, storing into it and following it.
@@ -31,6 +32,7 @@
 //! - `stats`: the counters `/metrics` exposes.
 
 mod config;
+mod durable;
 mod interest;
 mod live;
 mod registry;
@@ -51,6 +53,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
+pub use self::durable::DurableConfig;
 pub use self::stats::{ClusterStats, Kind};
 pub use self::wire::WireError;
 
@@ -84,6 +87,9 @@ pub enum StartError {
     /// not subscribed.
     #[error("JetStream session registry: {0}")]
     Registry(String),
+    /// The durable stream of QoS 1/2 messages cannot be created or opened.
+    #[error("JetStream durable stream: {0}")]
+    Durable(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -159,7 +165,14 @@ impl Cluster {
             synced: groups_synced_tx,
         };
         let registry_task = registry.serve().await?;
+        durable::stream(&js, &config.durable).await.map_err(StartError::Durable)?;
+        let durable_js = async_nats::jetstream::ContextBuilder::new()
+            .timeout(Duration::from_millis(config.durable.store_timeout_ms))
+            .build(client.clone());
+        let (store, store_task) =
+            durable::DurableStore::start(durable_js, broker.clone(), me.clone(), capacity, stats.clone());
         let tasks = vec![
+            store_task,
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
@@ -168,6 +181,7 @@ impl Cluster {
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);
         broker.set_session_registry(Arc::new(registry.clone()));
+        broker.set_message_store(Arc::new(store));
         broker.set_forward(Arc::new(live::Forwarder {
             live: live_tx,
             retained: retained_tx,

@@ -76,6 +76,14 @@ pub struct ClusterStats {
     pub registry_sessions_received: AtomicU64,
     /// Sessions not handed over: their subscriptions did not fit in a reply.
     pub registry_handover_too_large: AtomicU64,
+    /// QoS 1/2 messages stored in the durable stream (their acknowledgement could go).
+    pub durable_stored: AtomicU64,
+    /// QoS 1/2 messages the durable stream refused or did not acknowledge in time.
+    pub durable_store_errors: AtomicU64,
+    /// QoS 1/2 messages not stored because the queue to the durable stream was full.
+    pub durable_queue_full: AtomicU64,
+    /// The most stores that awaited the durable stream's acknowledgement at once (a gauge).
+    pub durable_in_flight_peak: AtomicU64,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -259,6 +267,30 @@ impl ClusterStats {
                 "Sessions not handed over: too many subscriptions for a reply",
                 Counter,
                 get(&self.registry_handover_too_large),
+            ),
+            (
+                "durable_stored",
+                "QoS 1/2 messages stored in the durable stream",
+                Counter,
+                get(&self.durable_stored),
+            ),
+            (
+                "durable_store_errors",
+                "QoS 1/2 messages the durable stream refused or did not acknowledge in time",
+                Counter,
+                get(&self.durable_store_errors),
+            ),
+            (
+                "durable_queue_full",
+                "QoS 1/2 messages not stored: the queue to the durable stream was full",
+                Counter,
+                get(&self.durable_queue_full),
+            ),
+            (
+                "durable_in_flight_peak",
+                "The most QoS 1/2 stores awaiting the durable stream at once",
+                Gauge,
+                get(&self.durable_in_flight_peak),
             ),
         ]
     }

@@ -92,6 +92,8 @@ pub struct Broker {
     journal: OnceLock<Arc<dyn Journal>>,
     forward: OnceLock<Arc<dyn Forward>>,
     registry: OnceLock<Arc<dyn SessionRegistry>>,
+    /// The cluster's store of QoS 1/2 messages; unset on a single node.
+    message_store: OnceLock<Arc<dyn crate::cluster::durable::MessageStore>>,
     /// The monotonic and the wall clock at one instant: wall times are derived from `now`.
     epoch: (Instant, SystemTime),
 }
@@ -114,6 +116,7 @@ impl Broker {
             journal: OnceLock::new(),
             forward: OnceLock::new(),
             registry: OnceLock::new(),
+            message_store: OnceLock::new(),
             epoch: (now, wall),
         }
     }
