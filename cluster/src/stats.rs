@@ -78,6 +78,10 @@ pub struct ClusterStats {
     pub registry_handover_too_large: AtomicU64,
     /// QoS 1/2 messages stored in the durable stream (their acknowledgement could go).
     pub durable_stored: AtomicU64,
+    /// Queued messages of a session handed over that did not fit in the reply (lost).
+    pub registry_messages_not_handed: AtomicU64,
+    /// Queued and in-flight messages of sessions handed over to this node.
+    pub registry_messages_received: AtomicU64,
     /// QoS 1/2 messages the durable stream refused or did not acknowledge in time.
     pub durable_store_errors: AtomicU64,
     /// QoS 1/2 messages not stored because the queue to the durable stream was full.

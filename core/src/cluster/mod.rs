@@ -11,6 +11,7 @@
 //! - [`subject`]: the escaping topic / filter → NATS subject mapping and its inverse.
 //! - [`dedupe`]: delivering a message that arrived on several NATS subscriptions once.
 //! - [`durable`]: the seam that stores QoS 1/2 messages before their acknowledgement.
+//! - [`handover`]: a moving session's queued and in-flight messages, in the takeover reply.
 //! - [`client_key`]: the injective client id → NATS KV key escaping.
 //! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
 //! - this file: the [`Interest`] seam of the router.
@@ -18,6 +19,7 @@
 pub mod client_key;
 pub mod dedupe;
 pub mod durable;
+pub mod handover;
 pub mod registry;
 pub mod subject;
 #[cfg(test)]
