@@ -1,7 +1,9 @@
 //! QoS 1/2 durability in JetStream over a real nats-server (`nats-server -js` on a loopback
 //! port): a clustered node acknowledges a QoS 1/2 publish only once the durable stream has
-//! stored it, with many stores outstanding at once and the acknowledgements in order, and a
-//! publish the stream cannot store is never acknowledged.
+//! stored it, with many stores outstanding at once and the acknowledgements in order; a
+//! publish the stream cannot store is never acknowledged; with three clustered nats-servers
+//! (replicas 3), killing one mid-stream loses no acknowledged message; and a persistent
+//! session taken over from a live node keeps its queued and in-flight messages.
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use common::nats::{NatsServer, cluster};
 use common::packets::{mqtt_str, packet, publish_packet, subscribe_packet};
-use common::{Raw, TestServer};
+use common::{Raw, TestServer, within};
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 
 fn counter(
@@ -223,4 +225,95 @@ async fn a_session_taken_over_from_a_live_node_keeps_its_queued_and_in_flight_me
     assert_eq!(got, [b"once".to_vec(), b"end".to_vec()], "the QoS 2 message was routed exactly once");
     assert_eq!(counter(&b, |s| &s.registry_messages_received), 5);
     assert!(a.broker().session(&mesgd_core::model::SessionKey::mqtt("mover")).is_none(), "gone from a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_message_is_lost_when_a_nats_server_of_three_is_killed() {
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
+    const TOTAL: usize = 400;
+    const WINDOW: usize = 20;
+    let mut nats = common::nats_cluster::NatsCluster::start().await;
+    let a = TestServer::start(&format!(
+        "[cluster]\nnode = \"a\"\nnats = [{}]\nretained_replicas = 3\nregistry_replicas = 3\n\
+         [cluster.durable]\nreplicas = 3\nstore_timeout_ms = 2000\n",
+        nats.nats_list()
+    ))
+    .await;
+    // The server a's connection is on is the one that dies: a must fail over as well.
+    let victim: usize = cluster(&a).nats_server_name().trim_start_matches('n').parse().expect("n<i>");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (mut acked, mut unacked) = (BTreeSet::new(), VecDeque::new());
+    let (mut next, mut packet_id, mut killed_at) = (0usize, 0u16, None);
+    let mut reconnects = 0;
+    while acked.len() < TOTAL {
+        assert!(std::time::Instant::now() < deadline, "{} of {TOTAL} acknowledged in time", acked.len());
+        // (Re)connect; a CONNECT the registry cannot serve yet (its stream electing a leader)
+        // is refused with 0x88, and the client tries again, as a real one would.
+        let mut raw = Raw::open(a.addr, ProtocolVersion::V5).await;
+        raw.send(&common::packets::connect_bytes(5, "streamer", 0x02)).await;
+        match raw.recv().await {
+            Some(Packet::ConnAck(c)) if c.reason_code == ReasonCode::Success => {}
+            Some(Packet::ConnAck(c)) if c.reason_code == ReasonCode::ServerUnavailable => {
+                // A retry interval, as a client's reconnect back-off (not a wait for an event).
+                reconnects += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+        let mut pending: BTreeMap<u16, usize> = BTreeMap::new();
+        loop {
+            while pending.len() < WINDOW && acked.len() + pending.len() < TOTAL {
+                // What was sent and not acknowledged before a close goes again first.
+                let n = unacked.pop_front().unwrap_or_else(|| {
+                    next += 1;
+                    next
+                });
+                packet_id = packet_id % u16::MAX + 1;
+                pending.insert(packet_id, n);
+                let payload = format!("m{n}");
+                raw.send(&publish_packet("s/1", 1, Some(packet_id), false, Some(&[]), payload.as_bytes()))
+                    .await;
+            }
+            match raw.recv().await {
+                Some(Packet::PubAck(ack)) => {
+                    let n = pending.remove(&ack.packet_id).expect("a PUBACK for a packet sent");
+                    acked.insert(n);
+                    if acked.len() == TOTAL / 4 && killed_at.is_none() {
+                        nats.kill(victim).await;
+                        killed_at = Some(acked.len());
+                    }
+                    if acked.len() == TOTAL {
+                        break;
+                    }
+                }
+                Some(Packet::Disconnect(d)) => {
+                    assert_eq!(d.reason_code, ReasonCode::UnspecifiedError, "a store that failed: {d:?}");
+                }
+                None => break,
+                other => panic!("expected PUBACK, got {other:?}"),
+            }
+        }
+        unacked.extend(pending.into_values().filter(|n| !acked.contains(n)));
+        reconnects += 1;
+    }
+    assert_eq!(killed_at, Some(TOTAL / 4));
+    assert_ne!(cluster(&a).nats_server_name(), format!("n{victim}"), "a failed over to a live server");
+    eprintln!(
+        "{reconnects} reconnects, {} stores failed",
+        counter(&a, |s| &s.durable_store_errors) + counter(&a, |s| &s.durable_queue_full)
+    );
+    let stored: BTreeSet<usize> =
+        within("the stream's messages", cluster(&a).durable_stream_messages("MESGD_QOS"))
+            .await
+            .expect("the stream is readable with two servers of three")
+            .into_iter()
+            .map(|(subject, payload)| {
+                assert_eq!(subject, "mqs.s.1");
+                std::str::from_utf8(&payload).unwrap()[1..].parse().unwrap()
+            })
+            .collect();
+    let lost: Vec<_> = acked.difference(&stored).collect();
+    assert!(lost.is_empty(), "acknowledged but not in the stream: {lost:?} ({reconnects} reconnects)");
+    assert_eq!(acked.len(), TOTAL);
 }
