@@ -94,6 +94,9 @@ pub struct ClusterConfig {
     /// (its replica count is `registry_replicas`).
     #[serde(default = "default_content_bucket")]
     pub content_bucket: String,
+    /// `[cluster.durable]`: the stream of QoS 1/2 messages.
+    #[serde(default)]
+    pub durable: crate::durable::DurableConfig,
 }
 
 /// `[cluster.tls]`: TLS towards the NATS servers.
@@ -193,6 +196,7 @@ impl fmt::Debug for ClusterConfig {
             .field("relay_bucket", &self.relay_bucket)
             .field("relay_queue_stream", &self.relay_queue_stream)
             .field("content_bucket", &self.content_bucket)
+            .field("durable", &self.durable)
             .finish()
     }
 }
@@ -353,7 +357,7 @@ impl ClusterConfig {
                 why: "retained_stream, users_stream and relay_queue_stream must differ",
             });
         }
-        Ok(())
+        self.durable.validate()
     }
 
     /// Resolves the configured file paths against `base` (the config file's directory).

@@ -22,6 +22,7 @@
 //! # Layout
 //!
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
+//! - `durable`: the stream of QoS 1/2 messages, stored before their acknowledgement.
 //! - `interest`: the subjects this node wants, counted per filter.
 //! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
 //! - `lost`: closing the clients' connections when NATS has been lost for too long.
@@ -40,6 +41,7 @@
 
 mod config;
 mod content;
+mod durable;
 mod interest;
 mod live;
 mod lost;
@@ -65,6 +67,7 @@ use tokio::task::JoinHandle;
 
 pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
 pub use self::content::ContentClusterStats;
+pub use self::durable::DurableConfig;
 pub use self::relay::RelayClusterStats;
 pub use self::stats::{ClusterStats, Kind};
 pub use self::wire::WireError;
@@ -110,6 +113,9 @@ pub enum StartError {
     /// subscribed.
     #[error("JetStream content paths: {0}")]
     Content(String),
+    /// The durable stream of QoS 1/2 messages cannot be created or opened.
+    #[error("JetStream durable stream: {0}")]
+    Durable(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -194,6 +200,12 @@ impl Cluster {
             synced: groups_synced_tx,
         };
         let registry_task = registry.serve().await?;
+        durable::stream(&js, &config.durable).await.map_err(StartError::Durable)?;
+        let durable_js = async_nats::jetstream::ContextBuilder::new()
+            .timeout(Duration::from_millis(config.durable.store_timeout_ms))
+            .build(client.clone());
+        let (store, store_task) =
+            durable::DurableStore::start(durable_js, broker.clone(), me.clone(), capacity, stats.clone());
         let wills = wills::Wills {
             wills: registry::named_bucket(
                 &js,
@@ -217,6 +229,7 @@ impl Cluster {
         let wills_kv = wills.wills.clone();
         let will_tasks = wills::start(wills, broker, me.clone(), stats.clone()).await?;
         let mut tasks = vec![
+            store_task,
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
@@ -232,6 +245,7 @@ impl Cluster {
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);
         broker.set_session_registry(Arc::new(registry.clone()));
+        broker.set_message_store(Arc::new(store));
         broker.set_forward(Arc::new(live::Forwarder {
             live: live_tx,
             retained: retained_tx,

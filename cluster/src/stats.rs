@@ -116,6 +116,18 @@ pub struct ClusterStats {
     pub relay: crate::relay::RelayClusterStats,
     /// Content routing across nodes (`content_…`).
     pub content: crate::content::ContentClusterStats,
+    /// QoS 1/2 messages stored in the durable stream (their acknowledgement could go).
+    pub durable_stored: AtomicU64,
+    /// Queued messages of a session handed over that did not fit in the reply (lost).
+    pub registry_messages_not_handed: AtomicU64,
+    /// Queued and in-flight messages of sessions handed over to this node.
+    pub registry_messages_received: AtomicU64,
+    /// QoS 1/2 messages the durable stream refused or did not acknowledge in time.
+    pub durable_store_errors: AtomicU64,
+    /// QoS 1/2 messages not stored because the queue to the durable stream was full.
+    pub durable_queue_full: AtomicU64,
+    /// The most stores that awaited the durable stream's acknowledgement at once (a gauge).
+    pub durable_in_flight_peak: AtomicU64,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -342,6 +354,42 @@ impl ClusterStats {
                 "Sessions not handed over: too many subscriptions for a reply",
                 Counter,
                 get(&self.registry_handover_too_large),
+            ),
+            (
+                "registry_messages_not_handed",
+                "Queued messages of a session handed over that did not fit in the reply",
+                Counter,
+                get(&self.registry_messages_not_handed),
+            ),
+            (
+                "registry_messages_received",
+                "Queued and in-flight messages of sessions handed over to this node",
+                Counter,
+                get(&self.registry_messages_received),
+            ),
+            (
+                "durable_stored",
+                "QoS 1/2 messages stored in the durable stream",
+                Counter,
+                get(&self.durable_stored),
+            ),
+            (
+                "durable_store_errors",
+                "QoS 1/2 messages the durable stream refused or did not acknowledge in time",
+                Counter,
+                get(&self.durable_store_errors),
+            ),
+            (
+                "durable_queue_full",
+                "QoS 1/2 messages not stored: the queue to the durable stream was full",
+                Counter,
+                get(&self.durable_queue_full),
+            ),
+            (
+                "durable_in_flight_peak",
+                "The most QoS 1/2 stores awaiting the durable stream at once",
+                Gauge,
+                get(&self.durable_in_flight_peak),
             ),
         ];
         values.extend(self.relay.values());

@@ -99,6 +99,9 @@ pub struct RouteStats {
     /// The highest journal sequence number recorded while routing (a persistent session queued
     /// it): under durability `always` the publisher's acknowledgement waits for it.
     pub durable_seq: Option<u64>,
+    /// The cluster store's sequence number of the message, when it was handed to one
+    /// ([`crate::cluster::durable`]): the publisher's acknowledgement waits for it.
+    pub stored_seq: Option<u64>,
 }
 
 /// The subscription index and delivery fan-out.

@@ -73,6 +73,7 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
 // ---------------------------------------------------------------------------- rumqttc v3.1.1
 
 pub mod nats;
+pub mod nats_cluster;
 pub mod npm;
 pub mod packets;
 pub mod persistent;

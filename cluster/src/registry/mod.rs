@@ -19,6 +19,7 @@
 //! `docs/cluster.md` discusses the choices (request/reply rather than watching the bucket) and
 //! the failure behaviour.
 
+mod handover;
 mod holdings;
 mod takeover;
 
@@ -236,7 +237,7 @@ impl Registry {
             Ok(Ok(reply)) => match TakeoverReply::decode(&reply.payload) {
                 Ok(reply) => {
                     tracing::debug!(client_id = id, node, outcome = ?reply.outcome, "cluster: took the client over");
-                    return self.handed_over(&reply);
+                    return self.handed_over(&reply, node);
                 }
                 Err(e) => {
                     ClusterStats::add(&me.stats.decode_errors, 1);
@@ -261,7 +262,7 @@ impl Registry {
 
     /// The session a takeover reply hands over; a subscription that does not parse is dropped
     /// and counted.
-    fn handed_over(&self, reply: &TakeoverReply) -> Handover {
+    fn handed_over(&self, reply: &TakeoverReply, node: &str) -> Handover {
         if !reply.resumed {
             return Handover::default();
         }
@@ -276,7 +277,9 @@ impl Registry {
                 }
             }
         }
-        Handover { resumed: true, subscriptions }
+        let entries = handover::entries(reply, node, &self.inner.stats);
+        let incoming_qos2 = reply.incoming_qos2.iter().map(|q| (q.packet_id, q.digest)).collect();
+        Handover { resumed: true, subscriptions, entries, incoming_qos2 }
     }
 
     /// With the client lock held and no session of `key` left here: deletes the record at this

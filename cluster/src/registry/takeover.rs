@@ -13,13 +13,11 @@
 use async_nats::Subscriber;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mesgd_core::cluster::registry::{
-    HandedSubscription, MAX_REPLY_LEN, TakeoverOutcome, TakeoverReply, TakeoverRequest,
-};
+use mesgd_core::cluster::registry::{HandedSubscription, TakeoverOutcome, TakeoverReply, TakeoverRequest};
 use mesgd_core::model::{Kick, SessionExpiry, SessionKey};
 
-use super::Registry;
 use super::holdings::Verdict;
+use super::{Registry, handover};
 use crate::stats::ClusterStats;
 
 /// Answers every request on this node's takeover subject, each in its own task, until
@@ -87,24 +85,22 @@ impl Registry {
                             !s.is_online() && !s.is_ended() && s.expiry() != SessionExpiry::OnDisconnect
                         })
                         .map(|s| {
-                            s.subscriptions()
+                            let subscriptions = s
+                                .subscriptions()
                                 .iter()
                                 .map(|(_, r)| HandedSubscription::of(&r.filter, &r.options))
-                                .collect::<Vec<_>>()
+                                .collect::<Vec<_>>();
+                            (subscriptions, handover::handed_messages(&s))
                         });
                 }
                 outcome
             }
         };
         let resumed = handed.is_some();
-        let mut reply = TakeoverReply { outcome, resumed, subscriptions: handed.unwrap_or_default() };
-        let mut bytes = reply.encode();
-        if bytes.len() > MAX_REPLY_LEN {
-            // Too many subscriptions to hand over: the client starts afresh on the new node.
-            ClusterStats::add(&me.stats.registry_handover_too_large, 1);
-            reply = TakeoverReply { outcome, resumed: false, subscriptions: Vec::new() };
-            bytes = reply.encode();
-        } else if resumed {
+        let (subscriptions, (messages, incoming_qos2)) = handed.unwrap_or_default();
+        let mut reply = TakeoverReply { outcome, resumed, subscriptions, messages, incoming_qos2 };
+        let bytes = handover::fit(&mut reply, &me.stats);
+        if resumed && reply.resumed {
             ClusterStats::add(&me.stats.registry_sessions_handed, 1);
         }
         if let Err(e) = me.client.publish(reply_to, Bytes::from(bytes)).await {

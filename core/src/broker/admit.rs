@@ -128,6 +128,7 @@ impl Broker {
         let present = opened.present || (handover.resumed && !request.clean_start);
         if !opened.present && handover.resumed && !request.clean_start {
             self.adopt_subscriptions(&opened.session, &request.acl, handover.subscriptions);
+            opened.session.adopt_entries(handover.entries, handover.incoming_qos2);
         }
         let generation = self.next_generation();
         opened.session.attach_client(generation, request.acl, request.expiry, request.client.map(Arc::new));

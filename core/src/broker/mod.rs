@@ -93,6 +93,8 @@ pub struct Broker {
     forward: OnceLock<Arc<dyn Forward>>,
     registry: OnceLock<Arc<dyn SessionRegistry>>,
     wills: OnceLock<Arc<dyn crate::cluster::wills::WillKeeper>>,
+    /// The cluster's store of QoS 1/2 messages; unset on a single node.
+    message_store: OnceLock<Arc<dyn crate::cluster::durable::MessageStore>>,
     /// The monotonic and the wall clock at one instant: wall times are derived from `now`.
     epoch: (Instant, SystemTime),
 }
@@ -116,6 +118,7 @@ impl Broker {
             forward: OnceLock::new(),
             registry: OnceLock::new(),
             wills: OnceLock::new(),
+            message_store: OnceLock::new(),
             epoch: (now, wall),
         }
     }

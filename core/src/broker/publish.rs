@@ -104,6 +104,11 @@ impl Broker {
             Stats::add(&self.stats.deliveries_filtered, stats.filtered as u64);
         }
         stats.durable_seq = stats.durable_seq.max(retained_seq);
+        if let Some(store) = self.message_store.get() {
+            if crate::cluster::durable::stores(&message) {
+                stats.stored_seq = Some(store.store(&message));
+            }
+        }
         if message.origin.node.is_none() {
             if let Some(forward) = self.forward.get() {
                 forward.forward(&message);
@@ -161,6 +166,16 @@ impl Broker {
             self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
         }
         change
+    }
+
+    /// Installs the cluster's store of QoS 1/2 messages (once).
+    pub fn set_message_store(&self, store: Arc<dyn crate::cluster::durable::MessageStore>) {
+        let _ = self.message_store.set(store);
+    }
+
+    /// The cluster's store of QoS 1/2 messages, if this node is in a cluster.
+    pub fn message_store(&self) -> Option<&Arc<dyn crate::cluster::durable::MessageStore>> {
+        self.message_store.get()
     }
 
     /// Installs the cluster forwarder (once).

@@ -40,7 +40,8 @@ pub fn subject_mapping(data: &[u8]) {
 /// The body of the `cluster_registry` fuzz target (`fuzz/fuzz_targets/cluster_registry.rs`):
 /// the input is read as a KV key (whatever decodes must be the canonical key of its client id),
 /// as a client id (whose key must decode back to it), and as each registry message (which
-/// must not panic, and whatever is read must read back the same after encoding).
+/// must not panic, and whatever is read must read back the same after encoding), including
+/// the messages of a handed-over session.
 pub fn registry_messages(data: &[u8]) {
     use super::client_key;
     use super::registry::{Record, TakeoverReply, TakeoverRequest};
@@ -63,6 +64,18 @@ pub fn registry_messages(data: &[u8]) {
             if let Ok((filter, options)) = handed.parse() {
                 let again = super::registry::HandedSubscription::of(&filter, &options);
                 assert_eq!(again.parse().ok(), Some((filter, options)));
+            }
+        }
+        // Handed-over messages: whatever parses is written and parses again the same.
+        let now = std::time::Instant::now();
+        let node: std::sync::Arc<str> = std::sync::Arc::from("fuzz");
+        for m in &a.messages {
+            if let Ok(entry) = m.parse(&node, now) {
+                let again =
+                    super::handover::HandedMessage::of(&entry, now).parse(&node, now).expect("reparses");
+                assert_eq!(again.inflight, entry.inflight);
+                assert_eq!(again.delivery.message.payload, entry.delivery.message.payload);
+                assert_eq!(again.delivery.message.topic, entry.delivery.message.topic);
             }
         }
         assert_eq!(TakeoverReply::decode(&a.encode()).ok(), Some(a));

@@ -10,6 +10,8 @@
 //!
 //! - [`subject`]: the escaping topic / filter → NATS subject mapping and its inverse.
 //! - [`dedupe`]: delivering a message that arrived on several NATS subscriptions once.
+//! - [`durable`]: the seam that stores QoS 1/2 messages before their acknowledgement.
+//! - [`handover`]: a moving session's queued and in-flight messages, in the takeover reply.
 //! - [`client_key`]: the injective client id → NATS KV key escaping.
 //! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
 //! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
@@ -21,6 +23,8 @@
 pub mod client_key;
 pub mod content;
 pub mod dedupe;
+pub mod durable;
+pub mod handover;
 pub mod registry;
 pub mod relay;
 pub mod relay_wire;

@@ -35,6 +35,10 @@ pub struct Handover {
     pub resumed: bool,
     /// That session's subscriptions.
     pub subscriptions: Vec<(SubscriptionFilter, SubscribeOptions)>,
+    /// Its in-flight messages (in send order) and queued ones (in queue order).
+    pub entries: Vec<crate::session::RestoredEntry>,
+    /// Its incoming QoS 2 packet ids awaiting PUBREL, with their messages' digests.
+    pub incoming_qos2: Vec<(u16, Option<u64>)>,
 }
 
 /// The broker's seam to the cluster-wide session registry.
@@ -89,6 +93,14 @@ pub enum RegistryWireError {
     /// The node name is not 1 to 64 ASCII letters, digits, `-` or `_`.
     #[error("registry message names node {0:?}, which is not a node name")]
     BadNode(String),
+    /// A handed-over message has a topic, QoS or in-flight state MQTT does not allow.
+    #[error("handed-over message on {topic:?}: {why}")]
+    BadMessage {
+        /// The topic (cut to 64 bytes).
+        topic: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A handed-over subscription has a filter or option MQTT does not allow.
     #[error("handed-over subscription {filter:?}: {why}")]
     BadSubscription {
@@ -207,6 +219,12 @@ pub struct TakeoverReply {
     /// That session's subscriptions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subscriptions: Vec<HandedSubscription>,
+    /// Its in-flight messages (in send order), then its queued ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<super::handover::HandedMessage>,
+    /// Its incoming QoS 2 packet ids awaiting PUBREL.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incoming_qos2: Vec<super::handover::HandedQos2>,
 }
 
 impl TakeoverReply {
@@ -309,7 +327,13 @@ mod tests {
             TakeoverOutcome::Unknown,
             TakeoverOutcome::Stale,
         ] {
-            let a = TakeoverReply { outcome, resumed: false, subscriptions: Vec::new() };
+            let a = TakeoverReply {
+                outcome,
+                resumed: false,
+                subscriptions: Vec::new(),
+                messages: Vec::new(),
+                incoming_qos2: Vec::new(),
+            };
             assert_eq!(TakeoverReply::decode(&a.encode()).unwrap(), a);
         }
         let filter = SubscriptionFilter::try_from("$share/g/a/+").unwrap();
@@ -321,8 +345,13 @@ mod tests {
             subscription_id: Some(7),
         };
         let handed = HandedSubscription::of(&filter, &options);
-        let a =
-            TakeoverReply { outcome: TakeoverOutcome::Closed, resumed: true, subscriptions: vec![handed] };
+        let a = TakeoverReply {
+            outcome: TakeoverOutcome::Closed,
+            resumed: true,
+            subscriptions: vec![handed],
+            messages: Vec::new(),
+            incoming_qos2: vec![super::super::handover::HandedQos2 { packet_id: 3, digest: Some(9) }],
+        };
         let back = TakeoverReply::decode(&a.encode()).unwrap();
         assert_eq!(back, a);
         let (f, o) = back.subscriptions[0].parse().unwrap();

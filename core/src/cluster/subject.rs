@@ -104,6 +104,9 @@ pub const LIVE: SubjectSpace = SubjectSpace { plain: "mq", dollar: "mqd" };
 /// The retained-message stream.
 pub const RETAINED: SubjectSpace = SubjectSpace { plain: "mqr", dollar: "mqrd" };
 
+/// The durable stream's subjects (QoS 1/2 messages stored before their acknowledgement).
+pub const DURABLE: SubjectSpace = SubjectSpace { plain: "mqs", dollar: "mqsd" };
+
 /// The subjects one filter maps to: one, or two for a filter that ends in `#` after a level.
 pub type FilterSubjects = SmallVec<[String; 2]>;
 

@@ -23,11 +23,13 @@
 //! - [`outbound`]: the in-flight window, packet ids, drain, acknowledgements and resend.
 //! - [`inbound`]: incoming QoS 2 ids with their message digests.
 //! - [`durable`]: the journal picture of a session and its restoration at start-up.
+//! - [`handover`]: a session's state copied to another node and taken in there.
 
 mod budget;
 #[cfg(test)]
 mod budget_tests;
 mod durable;
+mod handover;
 mod inbound;
 mod mailbox;
 mod outbound;
@@ -45,6 +47,7 @@ use tokio::sync::Notify;
 
 pub use self::budget::{BudgetLimits, QueueBudget};
 pub use self::durable::RestoredEntry;
+pub use self::handover::HandedState;
 use self::inbound::Inbound;
 pub use self::inbound::IncomingQos2;
 pub use self::mailbox::{Enqueued, QueueLimits};

@@ -198,6 +198,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             let routed = broker.publish_permitted(permit, message);
             Stats::add(&self.traffic().messages_in, 1);
             self.hold_until(routed.durable_seq);
+            self.hold_until_stored(routed.stored_seq);
             self.routed |= routed.delivered > 0;
             if routed.over_budget > 0 {
                 self.log_budget_drop();

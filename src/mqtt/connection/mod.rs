@@ -92,6 +92,9 @@ enum End {
     Kicked(Kick),
     /// The identity's expiry (a JWT's `exp`) passed.
     IdentityExpired,
+    /// The cluster could not store a QoS 1/2 message this connection published (NATS
+    /// unreachable past the store timeout): its acknowledgement is never sent.
+    StoreFailed,
 }
 
 impl End {
@@ -108,6 +111,7 @@ impl End {
             End::Protocol { code, .. } => Some(*code),
             End::Kicked(kick) => Some(kick_reason(*kick)),
             End::IdentityExpired => Some(ReasonCode::MaximumConnectTime),
+            End::StoreFailed => Some(ReasonCode::UnspecifiedError),
         }
     }
 
@@ -171,6 +175,8 @@ pub(crate) struct Connection<S> {
     held: Option<Box<Held>>,
     /// The journal, when acknowledgements wait for the disk.
     journal: Option<Arc<dyn Journal>>,
+    /// The cluster's store of QoS 1/2 messages, on a clustered node.
+    store: Option<Arc<dyn mesgd_core::cluster::durable::MessageStore>>,
     scratch: Vec<Outgoing>,
     /// Set while the queue budget keeps this connection from reading its next PUBLISH.
     paused: Option<Box<budget::Paused>>,
@@ -225,6 +231,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             outbuf: BytesMut::new(),
             held: None,
             journal: ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
+            store: ctx.broker.message_store().cloned(),
             scratch: Vec::new(),
             paused: None,
             ctx,
@@ -264,6 +271,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             End::KeepAliveTimeout => tracing::info!("closing connection: keep-alive timeout"),
             End::Kicked(k) => tracing::info!(why = ?k, "closing connection"),
             End::IdentityExpired => tracing::info!("closing connection: credential expired"),
+            End::StoreFailed => {
+                tracing::warn!("closing connection: the cluster could not store a QoS 1/2 message");
+                // What waited for the store never goes (the DISCONNECT below must not wait).
+                self.held = None;
+            }
             End::ClientDisconnect { .. } | End::Closed => tracing::debug!(?end, "disconnected"),
         }
         if let (true, Some(code)) = (is_v5(self.version), end.server_reason()) {
@@ -300,8 +312,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         // Held acknowledgements go out once their messages are on disk, if that happens while
         // the connection is closing.
         if self.held.is_some() {
-            std::future::poll_fn(|cx| if self.release_gate(cx) { Poll::Ready(()) } else { Poll::Pending })
-                .await;
+            std::future::poll_fn(|cx| match self.release_gate(cx) {
+                Ok(false) => Poll::Pending,
+                Ok(true) | Err(_) => Poll::Ready(()),
+            })
+            .await;
         }
         if !self.outbuf.is_empty() {
             let out = std::mem::take(&mut self.outbuf);

@@ -35,7 +35,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if self.pending_output() < OUT_HIGH_WATER {
                 again |= self.drain_session(cx);
             }
-            self.release_gate(cx);
+            if let Err(failed) = self.release_gate(cx) {
+                return Poll::Ready(failed.into());
+            }
             if let Err(e) = self.poll_write(cx) {
                 return Poll::Ready(End::Io(e));
             }
