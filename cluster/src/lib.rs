@@ -214,7 +214,8 @@ impl Cluster {
                 "mesgd wills of live connections",
                 -1,
             )
-            .await?,
+            .await
+            .map_err(StartError::Registry)?,
             nodes: registry::named_bucket(
                 &js,
                 &config.nodes_bucket,
@@ -222,7 +223,8 @@ impl Cluster {
                 "mesgd node leases",
                 1024,
             )
-            .await?,
+            .await
+            .map_err(StartError::Registry)?,
             registry: registry_kv.clone(),
             lease: Duration::from_millis(config.lease_ms),
         };

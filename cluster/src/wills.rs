@@ -101,13 +101,13 @@ impl std::fmt::Debug for Change {
 }
 
 impl WillKeeper for Keeper {
-    fn keep(&self, client_id: &Arc<str>, generation: u64, will: &Will) {
+    fn keep(&self, client_id: &Arc<str>, generation: u64, will: &Will, acl: &Acl) {
         let Some(broker) = self.broker.upgrade() else { return };
         let headers =
             wire::encode(&will.message, &self.me.node, (self.me.instance, 0), ExpiryAs::Deadline, |i| {
                 broker.wall_time(i)
             });
-        let source = will.acl.source();
+        let source = acl.source();
         let record = WillRecord {
             instance: self.me.instance,
             generation,

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Operation};
-use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -29,22 +28,15 @@ pub(super) async fn bucket(
     name: &str,
     replicas: usize,
 ) -> Result<kv::Store, crate::StartError> {
-    let config = stream::Config {
-        name: format!("KV_{name}"),
-        description: Some("mesgd content routing: each node's listener paths".to_owned()),
-        subjects: vec![format!("$KV.{name}.>")],
-        max_messages_per_subject: 1,
-        max_message_size: 8192,
-        storage: StorageType::File,
-        num_replicas: replicas,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: DiscardPolicy::New,
-        ..Default::default()
-    };
-    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Content(e.to_string()))?;
-    js.get_key_value(name).await.map_err(|e| crate::StartError::Content(e.to_string()))
+    crate::registry::named_bucket(
+        js,
+        name,
+        replicas,
+        "mesgd content routing: each node's listener paths",
+        8192,
+    )
+    .await
+    .map_err(crate::StartError::Content)
 }
 
 impl ContentNode {

@@ -56,18 +56,21 @@ pub(crate) async fn bucket(
     replicas: usize,
 ) -> Result<kv::Store, crate::StartError> {
     let description = "mesgd session registry: the node owning each MQTT client id";
-    named_bucket(js, name, replicas, description, i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX)).await
+    named_bucket(js, name, replicas, description, i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX))
+        .await
+        .map_err(crate::StartError::Registry)
 }
 
-/// A KV bucket that keeps one value per key (`max_message_size` -1: the server's limit), made
-/// through the stream API because async-nats's bucket creation needs a newer nats-server.
+/// A KV bucket with the settings above (`max_message_size` -1: the server's limit), created
+/// if it does not exist: every bucket of the cluster is made here. The error says why, for the
+/// caller's own [`crate::StartError`] variant.
 pub(crate) async fn named_bucket(
     js: &jetstream::Context,
     name: &str,
     replicas: usize,
     description: &str,
     max_message_size: i32,
-) -> Result<kv::Store, crate::StartError> {
+) -> Result<kv::Store, String> {
     let config = stream::Config {
         name: format!("KV_{name}"),
         description: Some(description.to_owned()),
@@ -82,8 +85,8 @@ pub(crate) async fn named_bucket(
         discard: DiscardPolicy::New,
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Registry(e.to_string()))?;
-    js.get_key_value(name).await.map_err(|e| crate::StartError::Registry(e.to_string()))
+    js.get_or_create_stream(config).await.map_err(|e| e.to_string())?;
+    js.get_key_value(name).await.map_err(|e| e.to_string())
 }
 
 /// The broker's [`SessionRegistry`] seam; cheap to clone.

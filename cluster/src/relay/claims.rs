@@ -10,7 +10,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::RequestErrorKind;
 use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
-use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self};
 use bytes::Bytes;
 use mesgd_core::cluster::registry::{MAX_MESSAGE_LEN, Record};
@@ -34,22 +33,15 @@ pub(super) async fn bucket(
     name: &str,
     replicas: usize,
 ) -> Result<kv::Store, crate::StartError> {
-    let config = stream::Config {
-        name: format!("KV_{name}"),
-        description: Some("mesgd relay: the node holding each relay address".to_owned()),
-        subjects: vec![format!("$KV.{name}.>")],
-        max_messages_per_subject: 1,
-        max_message_size: i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX),
-        storage: StorageType::File,
-        num_replicas: replicas,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: DiscardPolicy::New,
-        ..Default::default()
-    };
-    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Relay(e.to_string()))?;
-    js.get_key_value(name).await.map_err(|e| crate::StartError::Relay(e.to_string()))
+    crate::registry::named_bucket(
+        js,
+        name,
+        replicas,
+        "mesgd relay: the node holding each relay address",
+        i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX),
+    )
+    .await
+    .map_err(crate::StartError::Relay)
 }
 
 #[derive(Debug, Clone, Copy)]

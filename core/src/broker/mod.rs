@@ -369,9 +369,9 @@ impl Broker {
 
     /// A connection with a will was admitted: in a cluster, its will is kept where the node
     /// that takes over this one's lease finds it, should this node die.
-    pub fn will_attached(&self, session: &Session, generation: u64, will: &Will) {
+    pub fn will_attached(&self, session: &Session, generation: u64, will: &Will, acl: &crate::acl::Acl) {
         if let Some(keeper) = self.wills.get() {
-            keeper.keep(session.client_id(), generation, will);
+            keeper.keep(session.client_id(), generation, will, acl);
         }
     }
 

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::acl::Acl;
 use crate::model::Will;
 
 /// Told when a connection with a will is admitted and when it ends.
@@ -14,9 +15,9 @@ use crate::model::Will;
 /// Both calls come from the connection's own task and must return at once (an implementation
 /// queues the work); the calls for one connection come in order.
 pub trait WillKeeper: Send + Sync + fmt::Debug {
-    /// Connection `generation` of `client_id` is live and has `will` (its `acl` is the
-    /// connection's ACL at admission).
-    fn keep(&self, client_id: &Arc<str>, generation: u64, will: &Will);
+    /// Connection `generation` of `client_id` is live and has `will`, to be checked against
+    /// `acl` (the connection's at admission) when it is sent.
+    fn keep(&self, client_id: &Arc<str>, generation: u64, will: &Will, acl: &Acl);
     /// Connection `generation` of `client_id` ended here: its will was sent, scheduled or
     /// dropped by this node, so no other node may send it.
     fn release(&self, client_id: &Arc<str>, generation: u64);

@@ -203,7 +203,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         let window = usize::from(a.client_receive_maximum.min(ctx.mqtt.max_inflight));
         if let Some(will) = &a.will {
             // In a cluster, kept where another node finds it should this one die.
-            ctx.broker.will_attached(&a.session, a.generation, &Will { acl: a.acl.clone(), ..will.clone() });
+            ctx.broker.will_attached(&a.session, a.generation, will, &a.acl);
         }
         let mut c = Connection {
             stream,
