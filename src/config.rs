@@ -328,6 +328,9 @@ pub struct MqttConfig {
     pub shared_subscriptions: bool,
     /// Whether MQTT 5 subscription identifiers are supported.
     pub subscription_identifiers: bool,
+    /// After how many milliseconds without reading or writing anything a connection leaves its
+    /// own task for a shared one (`crate::park`); 0 never.
+    pub park_idle_ms: u64,
 }
 
 impl Default for MqttConfig {
@@ -339,6 +342,7 @@ impl Default for MqttConfig {
             wildcard_subscriptions: true,
             shared_subscriptions: true,
             subscription_identifiers: true,
+            park_idle_ms: 2000,
         }
     }
 }

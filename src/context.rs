@@ -27,6 +27,8 @@ pub struct ServerContext {
     pub(crate) limits: LimitState,
     pub(crate) services: Services,
     pub(crate) mqtt: mqtt::Settings,
+    /// Idle connections without a task of their own.
+    pub(crate) parking: crate::park::ParkingLot,
     /// What `/metrics` exposes; front ends register their own metrics here.
     pub metrics: crate::metrics::Metrics,
     /// The REST API's sessions and login guard.
@@ -87,6 +89,7 @@ impl ServerContext {
             limits: LimitState::new(&config.limits),
             services,
             mqtt: mqtt::Settings::from_config(config),
+            parking: crate::park::ParkingLot::default(),
             metrics: crate::metrics::Metrics::new(),
             api: crate::http::api::ApiState::new(&config.http),
             content,
@@ -108,6 +111,11 @@ impl ServerContext {
     /// The limit state: per-address counts and what each limit refused (for metrics).
     pub fn limits(&self) -> &LimitState {
         &self.limits
+    }
+
+    /// How many idle connections are parked (without a task of their own) now.
+    pub fn parked_connections(&self) -> usize {
+        self.parking.parked()
     }
 
     /// The provider chain.

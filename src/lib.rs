@@ -26,6 +26,7 @@
 //!   once-per-interval log of a tripped limit, for every front end.
 //! - `clock`: the clock the front ends read (Tokio's, so tests can pause it).
 //! - `linger`: closing a connection so that the peer reads our last packet.
+//! - `park`: idle connections parked together, without a task or a timer of their own.
 //! - [`logging`]: `tracing` set-up for the binary.
 
 pub mod accounts;
@@ -42,6 +43,7 @@ pub mod logging;
 pub mod login_guard;
 pub mod metrics;
 mod mqtt;
+mod park;
 pub mod persist;
 pub mod relay;
 pub mod server;

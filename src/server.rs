@@ -201,6 +201,18 @@ impl Server {
         ctx.metrics.register_collector(Box::new(ContentCollector::new(Arc::downgrade(&ctx))));
         ctx.metrics.register_collector(Box::new(LimitsCollector::new(Arc::downgrade(&ctx))));
         ctx.metrics.register_collector(Box::new(RelayCollector::new(Arc::downgrade(&ctx))));
+        let (parked, parks, resumes) = ctx.parking.metrics();
+        ctx.metrics.register(
+            "mesgd_mqtt_parked_connections",
+            "Idle MQTT connections parked now (mqtt.park_idle_ms)",
+            parked,
+        );
+        ctx.metrics.register("mesgd_mqtt_parks", "Idle MQTT connections parked", parks);
+        ctx.metrics.register(
+            "mesgd_mqtt_resumes",
+            "Parked MQTT connections given their own task again",
+            resumes,
+        );
         if let Some(cluster) = &cluster {
             ctx.metrics.register_collector(Box::new(ClusterCollector::new(cluster.stats().clone())));
             // Before the listeners: the first login already sees the cluster's users.

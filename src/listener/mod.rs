@@ -95,11 +95,10 @@ impl Endpoint {
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         if self.tls.is_none() && self.kind == ListenerKind::Mqtt {
             let deadline = slot.deadline(self.ctx.connect_timeout);
-            let serve = mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone(), deadline);
-            return Either::Left(Either::Left(async move {
-                serve.await;
-                drop(slot);
-            }));
+            // The connection holds the slot: it may outlive this task (parked).
+            let serve =
+                mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone(), deadline, Some(slot));
+            return Either::Left(Either::Left(serve));
         }
         if self.tls.is_none() && self.kind == ListenerKind::RelayTcp {
             // Like plain MQTT: the relay boxes its connection state itself, and the box below
@@ -151,8 +150,8 @@ impl Endpoint {
             }
             None => {
                 let deadline = slot.deadline(self.ctx.connect_timeout);
-                mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone(), deadline).await;
-                drop(slot);
+                mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone(), deadline, Some(slot))
+                    .await;
             }
         }
     }

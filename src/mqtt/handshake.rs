@@ -92,7 +92,7 @@ fn to_instant(at: SystemTime, now: Instant) -> Instant {
 
 /// Runs the connect handshake. On success the session is attached and CONNACK is in the
 /// returned connection's output buffer.
-pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send>(
+pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut stream: S,
     peer: SocketAddr,
     listener: Arc<str>,

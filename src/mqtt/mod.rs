@@ -42,6 +42,8 @@ pub(crate) struct Settings {
     pub(crate) wildcard_subscriptions: bool,
     pub(crate) shared_subscriptions: bool,
     pub(crate) subscription_identifiers: bool,
+    /// `mqtt.park_idle_ms`, when parking is on.
+    pub(crate) park_idle: Option<std::time::Duration>,
 }
 
 impl Settings {
@@ -61,13 +63,17 @@ impl Settings {
             wildcard_subscriptions: c.mqtt.wildcard_subscriptions,
             shared_subscriptions: c.mqtt.shared_subscriptions,
             subscription_identifiers: c.mqtt.subscription_identifiers,
+            park_idle: (c.mqtt.park_idle_ms > 0)
+                .then(|| std::time::Duration::from_millis(c.mqtt.park_idle_ms)),
         }
     }
 }
 
-/// Serves one MQTT connection on `stream` until it ends. CONNECT must have arrived by
-/// `deadline` (the connection's accept time plus `limits.connect_timeout_ms`, so that a TLS
-/// handshake or an HTTP upgrade before it uses up the same allowance).
+/// Serves one MQTT connection on `stream` until it ends (or parks: then its task ends and the
+/// connection, with `slot`, lives on in a parking lot; see `crate::park`). CONNECT must have
+/// arrived by `deadline` (the connection's accept time plus `limits.connect_timeout_ms`, so
+/// that a TLS handshake or an HTTP upgrade before it uses up the same allowance). Without
+/// `slot` (the caller holds it) the connection never parks.
 ///
 /// The returned future is what an idle connection costs in memory, so it is built to hold
 /// little: the handshake (large, short-lived) is boxed here, before the future exists, and the
@@ -79,15 +85,19 @@ pub(crate) fn serve<S>(
     tls: Option<TlsInfo>,
     ctx: Arc<ServerContext>,
     deadline: std::time::Instant,
+    slot: Option<crate::listener::ConnectionSlot>,
 ) -> impl std::future::Future<Output = ()> + Send
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let span = tracing::info_span!("mqtt", %peer, listener = %listener, client_id = tracing::field::Empty);
     let handshake = Box::pin(handshake::handshake(stream, peer, listener, tls, ctx.clone(), deadline));
     async move {
         match handshake.await {
-            Ok(connection) => {
+            Ok(mut connection) => {
+                if let Some(slot) = slot {
+                    connection.hold_slot(slot);
+                }
                 ctx.broker.stats().clients_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 connection.run().await;
             }

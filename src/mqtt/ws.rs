@@ -117,7 +117,7 @@ pub(crate) async fn route(
     ws::accept(req, limits, move |socket| async move {
         let HttpConnection { peer, listener, tls, slot } = connection;
         let deadline = slot.deadline(ctx.connect_timeout);
-        super::serve(WsByteStream::new(socket), peer, listener, tls, ctx, deadline).await;
+        super::serve(WsByteStream::new(socket), peer, listener, tls, ctx, deadline, None).await;
         drop(slot);
     })
 }

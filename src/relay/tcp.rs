@@ -129,7 +129,7 @@ mod tests {
         let (mqtt_end, _b) = tokio::io::duplex(64);
         let relay = super::serve(relay_end, peer, "relay".into(), None, ctx.clone());
         let deadline = crate::clock::now();
-        let mqtt = crate::mqtt::serve(mqtt_end, peer, "mqtt".into(), None, ctx, deadline);
+        let mqtt = crate::mqtt::serve(mqtt_end, peer, "mqtt".into(), None, ctx, deadline, None);
         let (relay, mqtt) = (std::mem::size_of_val(&relay), std::mem::size_of_val(&mqtt));
         assert!(relay <= mqtt, "relay TCP future {relay} B, MQTT's {mqtt} B");
     }

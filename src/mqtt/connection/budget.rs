@@ -43,7 +43,7 @@ fn armed(budget: &QueueBudget) -> Pin<Box<OwnedNotified>> {
     resumed
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Whether the next packet in the input is a PUBLISH that must wait for the budget; if so,
     /// the connection is now paused (and counted, and logged once per interval).
     pub(super) fn publish_must_wait(&mut self) -> bool {

@@ -66,7 +66,7 @@ impl Held {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Where output goes now: the socket buffer, or the last held segment while any is held.
     pub(super) fn out(&mut self) -> &mut BytesMut {
         match self.held.as_mut().and_then(|h| h.segments.back_mut()) {

@@ -18,7 +18,7 @@ use super::{Connection, End, is_v5};
 use crate::limits::Tripped;
 use crate::mqtt::checks::{self, Fields};
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Handles every complete packet in the input, up to a PUBLISH that must wait for the
     /// queue budget.
     pub(super) fn handle_input(&mut self) -> Result<(), End> {
@@ -351,7 +351,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Counts a refusal by `limit` and logs it, once per interval.
     fn limit_tripped(&self, limit: Tripped, topic: &str) {
         if let Some(more) = self.ctx.limits.trip(limit, crate::clock::now()) {

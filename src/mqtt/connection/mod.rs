@@ -19,12 +19,14 @@
 //! - [`budget`]: publishes paused while the broker-wide queue budget is under pressure.
 //! - [`gate`]: output held until the journal has it on disk (durability `always`).
 //! - [`output`]: encoding deliveries (topic aliases, expiry, subscription identifiers).
+//! - [`park`]: leaving the task while idle, for a shared one (`crate::park`), and coming back.
 //! - [`handlers`]: one handler per packet type, over the broker's client operations.
 
 mod budget;
 mod gate;
 mod handlers;
 mod output;
+mod park;
 mod poll;
 #[cfg(test)]
 mod tests;
@@ -155,6 +157,23 @@ pub(crate) struct Connection<S> {
     identity_expires: Option<Instant>,
     keep_alive: Option<Duration>,
     last_received: Instant,
+    /// When anything was last read or written (for parking).
+    last_active: Instant,
+    /// Idle this long, the connection parks: set when it holds its listener slot (so that its
+    /// task can end), from `mqtt.park_idle_ms`.
+    park_idle: Option<Duration>,
+    /// The timer found the connection idle for `park_idle`: it parks once this poll is pending.
+    park_due: bool,
+    /// Parks on its first idle poll after CONNACK, without waiting for `park_idle`.
+    just_connected: bool,
+    /// Polled by a parking lot: no timer of its own (the lot keeps the deadline).
+    parked: bool,
+    /// The end a poll in the parking lot found, for the resumed task to finish with.
+    ended: Option<Box<End>>,
+    /// The listener's slot (connection counts), held until the connection ends.
+    slot: Option<crate::listener::ConnectionSlot>,
+    /// The connection's span, entered again by a resumed task.
+    span: tracing::Span,
     /// The time at the start of the current poll: one clock read serves the whole batch.
     now: Instant,
     /// Whether this poll routed a message to someone (see `poll_run`).
@@ -186,7 +205,7 @@ fn is_v5(v: ProtocolVersion) -> bool {
     v == ProtocolVersion::V5
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(crate) fn new(
         stream: S,
         ctx: Arc<ServerContext>,
@@ -217,6 +236,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             identity_expires: a.identity_expires,
             keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
             last_received: crate::clock::now(),
+            last_active: crate::clock::now(),
+            park_idle: None,
+            park_due: false,
+            parked: false,
+            just_connected: false,
+            ended: None,
+            slot: None,
+            span: tracing::Span::current(),
             now: crate::clock::now(),
             routed: false,
             timer: None,
@@ -250,15 +277,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
         self.ctx.broker.stats().traffic(super::handshake::protocol_of(self.version))
     }
 
-    /// Runs the connection to its end, then publishes or schedules the will and hands the
-    /// session back to the broker.
+    /// Runs the connection to its end (or until it parks), then publishes or schedules the
+    /// will and hands the session back to the broker.
     pub(crate) async fn run(mut self: Box<Self>) {
         // CONNECT may have arrived together with further packets.
-        let mut end = self.handle_input().err();
-        if end.is_none() {
-            end = Some(std::future::poll_fn(|cx| self.poll_run(cx)).await);
+        if let Err(end) = self.handle_input() {
+            self.ended = Some(Box::new(end));
         }
-        let end = end.unwrap_or(End::Closed);
+        self.drive().await;
+    }
+
+    /// Polls the connection until it ends or parks.
+    async fn drive(mut self: Box<Self>) {
+        let end = match self.ended.take() {
+            Some(end) => *end,
+            None => {
+                let parked = std::future::poll_fn(|cx| match self.poll_run(cx) {
+                    Poll::Ready(end) => Poll::Ready(Some(end)),
+                    Poll::Pending if self.park_due && self.should_park(cx) => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                })
+                .await;
+                match parked {
+                    Some(end) => end,
+                    None => return self.park(),
+                }
+            }
+        };
         Box::pin(self.finish(end)).await;
     }
 

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::handlers::ack;
 use super::{Connection, is_v5};
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) fn write_packet(&mut self, packet: &Packet) {
         let version = self.version;
         if let Err(e) = mqtt::encode(packet, version, self.out()) {

@@ -4,6 +4,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use mesgd_core::broker::{DropReason, IdentityUpdate, Stats};
@@ -19,7 +20,7 @@ const READ_CHUNK: usize = 8 * 1024;
 /// Messages taken from the session per drain call.
 const DRAIN_BATCH: usize = 256;
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         loop {
             self.now = crate::clock::now();
@@ -95,6 +96,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     Stats::add(&self.ctx.broker.stats().bytes_received, n as u64);
                     Stats::add(&self.traffic().bytes_in, n as u64);
                     self.last_received = self.now;
+                    self.last_active = self.now;
                     progress = true;
                     // A PUBLISH that must wait for the budget pauses the connection here; the
                     // next round registers for the wake-up.
@@ -117,6 +119,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
                     Stats::add(&self.ctx.broker.stats().bytes_sent, n as u64);
                     Stats::add(&self.traffic().bytes_out, n as u64);
                     self.outbuf.advance(n);
+                    self.last_active = self.now;
                 }
                 Poll::Ready(Err(e)) => return Err(e),
                 Poll::Pending => return Ok(()),
@@ -167,6 +170,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             if self.keep_alive.is_some_and(|ka| self.last_received + ka <= now) {
                 return Some(End::KeepAliveTimeout);
             }
+            if self.park_idle.is_some_and(|idle| self.last_active + idle <= now) {
+                // Parks once this poll finds nothing more to do (see `drive`).
+                self.park_due = true;
+            }
             self.arm_timer();
         }
     }
@@ -175,8 +182,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
     /// the timer (that would touch the timer wheel per packet); it fires at the old deadline and
     /// re-arms from the last read.
     pub(super) fn arm_timer(&mut self) {
-        let keep_alive = self.keep_alive.map(|ka| self.last_received + ka);
-        let Some(deadline) = [keep_alive, self.identity_expires].into_iter().flatten().min() else {
+        if self.parked {
+            // The lot keeps the deadline.
+            return;
+        }
+        let park = self.park_idle.filter(|_| !self.park_due).map(|idle| self.last_active + idle);
+        let Some(deadline) = [self.deadline(), park].into_iter().flatten().min() else {
             self.timer = None;
             return;
         };
@@ -185,6 +196,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection<S> {
             Some(t) => t.as_mut().reset(deadline),
             None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
         }
+    }
+
+    /// The next keep-alive or credential-expiry deadline.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        let keep_alive = self.keep_alive.map(|ka| self.last_received + ka);
+        [keep_alive, self.identity_expires].into_iter().flatten().min()
     }
 
     /// Applies a live change the identity's provider made (rules edited, account disabled or

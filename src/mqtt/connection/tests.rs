@@ -32,7 +32,15 @@ impl Client {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let peer = "127.0.0.1:1".parse().unwrap();
         let deadline = crate::clock::now() + ctx.connect_timeout;
-        tokio::spawn(crate::mqtt::serve(server, peer, Arc::from("memory"), None, ctx.clone(), deadline));
+        tokio::spawn(crate::mqtt::serve(
+            server,
+            peer,
+            Arc::from("memory"),
+            None,
+            ctx.clone(),
+            deadline,
+            None,
+        ));
         Client { io: client, buf: BytesMut::new(), version }
     }
 
