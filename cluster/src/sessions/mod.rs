@@ -7,7 +7,7 @@
 //!   [`SessionCopies`], which records into the disk journal when there is one (its sequence
 //!   numbers and durability count) and marks the sessions that changed.
 //! - **When** (`store`): a session that changed is written within `session_write_delay_ms`;
-//!   a change that exactly-once rests on ([`must_be_copied_first`]: the packet id a QoS 2
+//!   a change that exactly-once rests on ([`CopyFirst`]: the packet id a QoS 2
 //!   message is sent with, a PUBREC received, an incoming QoS 2 id, a subscription) is written
 //!   at once, and the connection's gate holds the packet that depends on it until the record is
 //!   stored ([`Journal::poll_durable`], as the disk journal does under durability `always`).
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
-use mesgd_core::cluster::session_record::{must_be_copied_first, session_of};
+use mesgd_core::cluster::session_record::{CopyFirst, session_of};
 use mesgd_core::journal::{Change, Journal};
 use mesgd_core::sync::lock;
 use tokio::sync::Notify;
@@ -53,6 +53,8 @@ struct Marks {
     first: BTreeMap<u64, Arc<str>>,
     /// Connections waiting for such changes, with the sequence number each waits for.
     waiters: Vec<(u64, Waker)>,
+    /// Which changes are such changes.
+    copy_first: CopyFirst,
 }
 
 /// The sessions to write in one round, with the sequence numbers each one's write lets go.
@@ -134,13 +136,18 @@ impl SessionCopies {
 
 impl Journal for SessionCopies {
     fn record(&self, change: Change) -> u64 {
-        let id = session_of(&change).cloned();
-        let first = must_be_copied_first(&change);
+        let Some(id) = session_of(&change).cloned() else {
+            return match &self.primary {
+                Some(p) => p.record(change),
+                None => self.next.fetch_add(1, Ordering::Relaxed),
+            };
+        };
+        let first = lock(&self.state).copy_first.must_be_copied_first(&change);
         let seq = match &self.primary {
             Some(p) => p.record(change),
             None => self.next.fetch_add(1, Ordering::Relaxed),
         };
-        if let Some(id) = id {
+        {
             let mut marks = lock(&self.state);
             if first {
                 marks.first.insert(seq, id.clone());
@@ -190,5 +197,53 @@ impl Journal for SessionCopies {
 
     fn poll_room(&self, waker: &Waker) -> bool {
         self.primary.as_ref().is_none_or(|p| p.poll_room(waker))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::task::Wake;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn in_flight(id: &str) -> Change {
+        Change::InFlight { client_id: Arc::from(id), entry: 1, packet_id: 1 }
+    }
+
+    #[test]
+    fn a_packet_waits_for_the_write_of_the_changes_before_it_and_no_other() {
+        let copies = SessionCopies::new(None);
+        let flag = Arc::new(Flag::default());
+        let waker = Waker::from(flag.clone());
+        let queued = copies.record(Change::Done { client_id: Arc::from("q"), entry: 1 });
+        assert!(copies.poll_durable(queued, &waker), "a completion does not hold packets");
+        let first = copies.record(in_flight("a"));
+        let second = copies.record(in_flight("b"));
+        assert!(copies.poll_durable(queued, &waker), "nor do later changes hold earlier packets");
+        assert!(!copies.poll_durable(second, &waker));
+        assert!(copies.urgent());
+        let mut batch = copies.take();
+        batch.sort();
+        let ids: Vec<(&str, &[u64])> = batch.iter().map(|(id, s)| (&**id, s.as_slice())).collect();
+        assert_eq!(ids, [("a", &[first][..]), ("b", &[second][..]), ("q", &[][..])]);
+        copies.written(&[second]);
+        assert!(!flag.0.load(Ordering::SeqCst), "a's change still holds the packet");
+        assert!(!copies.poll_durable(second, &waker));
+        copies.retry(Arc::from("a"));
+        assert!(copies.urgent(), "a failed write of a change packets wait for is urgent again");
+        copies.written(&[first]);
+        assert!(flag.0.load(Ordering::SeqCst), "woken once every change before it is written");
+        assert!(copies.poll_durable(second, &waker));
+        assert_eq!(copies.waiting(), 0);
     }
 }

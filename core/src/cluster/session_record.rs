@@ -10,11 +10,15 @@
 //! revision fences: a node whose claim is older than the one in the stored record does not
 //! overwrite it.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::handover::{HandedMessage, HandedQos2};
 use super::registry::{HandedSubscription, RegistryWireError, is_node_name};
 use crate::journal::Change;
+use crate::model::QoS;
 
 /// The longest session record, in bytes: half of NATS's default `max_payload`, as a takeover
 /// reply. A session whose record would be longer is not copied (logged and counted).
@@ -71,7 +75,7 @@ impl SessionRecord {
 }
 
 /// Which session a change is about, if it is about a session.
-pub fn session_of(change: &Change) -> Option<&std::sync::Arc<str>> {
+pub fn session_of(change: &Change) -> Option<&Arc<str>> {
     match change {
         Change::SessionOpened { client_id, .. }
         | Change::SessionResumed { client_id, .. }
@@ -88,18 +92,51 @@ pub fn session_of(change: &Change) -> Option<&std::sync::Arc<str>> {
     }
 }
 
-/// Whether the packet that follows `change` must wait until the session's record holds it:
+/// Which changes the packet that follows must wait for until the session's record holds them:
 /// what exactly-once across the node's death rests on (the packet id a QoS 2 message is sent
-/// with, a PUBREC received, an incoming QoS 2 id before its PUBREC) and a subscription before
-/// its SUBACK. The rest (queued messages, completions) is written within the write delay.
-pub fn must_be_copied_first(change: &Change) -> bool {
-    match change {
-        Change::InFlight { .. }
-        | Change::Released { .. }
-        | Change::Subscribed { .. }
-        | Change::Unsubscribed { .. } => true,
-        Change::IncomingQos2 { digest, .. } => digest.is_some(),
-        _ => false,
+/// with, a PUBREC received, an incoming QoS 2 id before its PUBREC) and a subscription. The
+/// rest (queued messages, completions, QoS 1 packet ids) is written within the write delay.
+///
+/// A change names its session's entry, not the entry's QoS: the QoS 1 entries are learnt from
+/// their `Queued` changes and forgotten at `Done`. An entry whose `Queued` was not seen (a
+/// session restored from disk before the journal was installed) counts as QoS 2: its packet
+/// id waits (fail closed).
+#[derive(Debug, Default)]
+pub struct CopyFirst {
+    /// Entries queued at QoS 0 or 1, per client id.
+    relaxed: HashMap<Arc<str>, HashSet<u64>>,
+}
+
+impl CopyFirst {
+    /// Whether `change` must be in the record before the packet after it leaves; learns from it.
+    pub fn must_be_copied_first(&mut self, change: &Change) -> bool {
+        match change {
+            Change::Queued { client_id, entry, delivery } => {
+                if delivery.qos != QoS::ExactlyOnce {
+                    self.relaxed.entry(client_id.clone()).or_default().insert(*entry);
+                }
+                false
+            }
+            Change::InFlight { client_id, entry, .. } => {
+                !self.relaxed.get(client_id).is_some_and(|entries| entries.contains(entry))
+            }
+            Change::Done { client_id, entry } => {
+                if let Some(entries) = self.relaxed.get_mut(client_id) {
+                    entries.remove(entry);
+                    if entries.is_empty() {
+                        self.relaxed.remove(client_id);
+                    }
+                }
+                false
+            }
+            Change::SessionOpened { client_id, .. } | Change::SessionEnded { client_id } => {
+                self.relaxed.remove(client_id);
+                false
+            }
+            Change::Released { .. } | Change::Subscribed { .. } | Change::Unsubscribed { .. } => true,
+            Change::IncomingQos2 { digest, .. } => digest.is_some(),
+            _ => false,
+        }
     }
 }
 
@@ -134,6 +171,42 @@ mod tests {
         assert!(r.expired(3_001));
         let never = SessionRecord { expiry_s: None, ..r };
         assert!(!never.expired(u64::MAX));
+    }
+
+    fn queued(entry: u64, qos: QoS) -> Change {
+        let message = crate::model::Message::new(
+            crate::topic::TopicName::try_from("t").unwrap(),
+            bytes::Bytes::from_static(b"m"),
+            qos,
+            false,
+            crate::model::Origin::BROKER,
+        );
+        let delivery = crate::model::Delivery {
+            message: Arc::new(message),
+            qos,
+            retain: false,
+            subscription_ids: Default::default(),
+            shared: None,
+        };
+        Change::Queued { client_id: Arc::from("c"), entry, delivery }
+    }
+
+    #[test]
+    fn only_qos_2_packet_ids_releases_and_incoming_ids_are_copied_first() {
+        let mut first = CopyFirst::default();
+        let in_flight = |entry| Change::InFlight { client_id: Arc::from("c"), entry, packet_id: 1 };
+        assert!(!first.must_be_copied_first(&queued(1, QoS::AtLeastOnce)));
+        assert!(!first.must_be_copied_first(&queued(2, QoS::ExactlyOnce)));
+        assert!(!first.must_be_copied_first(&in_flight(1)), "a QoS 1 packet id");
+        assert!(first.must_be_copied_first(&in_flight(2)), "a QoS 2 packet id");
+        assert!(first.must_be_copied_first(&in_flight(3)), "an entry never seen queued counts as QoS 2");
+        assert!(first.must_be_copied_first(&Change::Released { client_id: Arc::from("c"), entry: 2 }));
+        assert!(!first.must_be_copied_first(&Change::Done { client_id: Arc::from("c"), entry: 1 }));
+        assert!(first.must_be_copied_first(&in_flight(1)), "forgotten once done");
+        let incoming = |digest| Change::IncomingQos2 { client_id: Arc::from("c"), packet_id: 5, digest };
+        assert!(first.must_be_copied_first(&incoming(Some(1))));
+        assert!(!first.must_be_copied_first(&incoming(None)), "a PUBREL's release");
+        assert!(first.relaxed.is_empty());
     }
 
     #[test]
