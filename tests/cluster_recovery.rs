@@ -93,6 +93,35 @@ async fn probe(publisher: &mut Raw, subscriber: &mut Raw, topic: &str) {
     .await;
 }
 
+/// Waiting until `subscriber`'s node receives other nodes' messages while reading its other
+/// packets: until one comes back, each call sends a QoS 0 probe on `probe_topic` from
+/// `publisher`; the first probe back has `then` (topic, QoS, payload) published once, with
+/// packet id `pid` + 1. Returns the next packet that is not a probe, `None` for none yet.
+async fn next_beside_probes(
+    publisher: &mut Raw,
+    subscriber: &mut Raw,
+    probe_topic: &str,
+    probed: &mut bool,
+    pid: &mut u16,
+    (topic, qos, payload): (&str, u8, &[u8]),
+) -> Option<Option<Packet>> {
+    if !*probed {
+        publisher.send(&publish_packet(probe_topic, 0, None, false, Some(&[]), b"probe")).await;
+    }
+    let next = tokio::time::timeout(Duration::from_millis(200), subscriber.recv()).await.ok()?;
+    if let Some(Packet::Publish(p)) = &next {
+        if &p.payload[..] == b"probe" {
+            if !*probed {
+                *probed = true;
+                *pid += 1;
+                publish_acked(publisher, topic, qos, *pid, false, payload).await;
+            }
+            return None;
+        }
+    }
+    Some(next)
+}
+
 /// What a subscriber saw: each payload's PUBLISH packets (packet id, DUP) in arrival order.
 type Seen = BTreeMap<String, Vec<(u16, bool)>>;
 
@@ -267,30 +296,43 @@ async fn sessions_of_a_killed_node_resume_elsewhere_with_their_in_flight_message
     let mut dup = publish_packet("x/in", 2, Some(77), false, Some(&[]), b"once");
     dup[0] |= 0x08;
     s5.send(&dup).await;
-    // The subscriptions hold without subscribing again: d-9 from b reaches s5 on c.
-    synced(&c).await;
-    pid += 1;
-    publish_acked(&mut publisher, "d/9", 2, pid, false, b"d-9").await;
-    let (mut got77, mut done) = (false, Vec::new());
-    while done.len() < 2 || !got77 {
-        match s5.recv().await {
-            Some(Packet::Publish(p)) => {
-                assert!(!p.dup, "{p:?}");
-                saw(&mut seen5, &p);
-                s5.send(&ack(PUBREC, p.packet_id.unwrap())).await;
+    // The subscriptions hold without subscribing again: once b's QoS 0 probes on d/probe
+    // reach s5 on c (c's NATS subscription in place), d-9 from b does too.
+    let (mut got77, mut done, mut probed) = (false, Vec::new(), false);
+    within("d-8, d-9 and the release of 77 on c", async {
+        while done.len() < 2 || !got77 {
+            let Some(next) = next_beside_probes(
+                &mut publisher,
+                &mut s5,
+                "d/probe",
+                &mut probed,
+                &mut pid,
+                ("d/9", 2, b"d-9"),
+            )
+            .await
+            else {
+                continue;
+            };
+            match next {
+                Some(Packet::Publish(p)) => {
+                    assert!(!p.dup, "{p:?}");
+                    saw(&mut seen5, &p);
+                    s5.send(&ack(PUBREC, p.packet_id.unwrap())).await;
+                }
+                Some(Packet::PubRel(r)) => {
+                    s5.send(&ack(PUBCOMP, r.packet_id)).await;
+                    done.push(r.packet_id);
+                }
+                Some(Packet::PubRec(r)) if r.packet_id == 77 => s5.send(&ack(PUBREL, 77)).await,
+                Some(Packet::PubComp(r)) if r.packet_id == 77 => {
+                    assert_eq!(r.reason_code, ReasonCode::Success);
+                    got77 = true;
+                }
+                other => panic!("expected d-8, d-9 and PUBREC 77, got {other:?}"),
             }
-            Some(Packet::PubRel(r)) => {
-                s5.send(&ack(PUBCOMP, r.packet_id)).await;
-                done.push(r.packet_id);
-            }
-            Some(Packet::PubRec(r)) if r.packet_id == 77 => s5.send(&ack(PUBREL, 77)).await,
-            Some(Packet::PubComp(r)) if r.packet_id == 77 => {
-                assert_eq!(r.reason_code, ReasonCode::Success);
-                got77 = true;
-            }
-            other => panic!("expected d-8, d-9 and PUBREC 77, got {other:?}"),
         }
-    }
+    })
+    .await;
 
     // s3 (3.1.1) on c: e-3..e-5 again with DUP and their ids, then e-6, then e-7 published now.
     let (mut s3, present) = connect_persistent(c.addr, V311, "s3").await;
@@ -300,19 +342,32 @@ async fn sessions_of_a_killed_node_resume_elsewhere_with_their_in_flight_message
         saw(&mut seen3, &p);
         s3.send(&ack(PUBACK, p.packet_id.unwrap())).await;
     }
-    synced(&c).await;
-    pid += 1;
-    publish_acked(&mut publisher, "e/7", 1, pid, false, b"e-7").await;
-    for payload in ["e-6", "e-7"] {
-        match s3.recv().await {
-            Some(Packet::Publish(p)) if &p.payload[..] == payload.as_bytes() && !p.dup => {
-                saw(&mut seen3, &p);
-                s3.send(&ack(PUBACK, p.packet_id.unwrap())).await;
+    // Then e-6 (queued), and e-7 once b's probes on e/probe reach s3 on c.
+    let mut probed = false;
+    within("e-6 and e-7 on c", async {
+        while !(seen3.contains_key("e-6") && seen3.contains_key("e-7")) {
+            let Some(next) = next_beside_probes(
+                &mut publisher,
+                &mut s3,
+                "e/probe",
+                &mut probed,
+                &mut pid,
+                ("e/7", 1, b"e-7"),
+            )
+            .await
+            else {
+                continue;
+            };
+            match next {
+                Some(Packet::Publish(p)) if !p.dup => {
+                    saw(&mut seen3, &p);
+                    s3.send(&ack(PUBACK, p.packet_id.unwrap())).await;
+                }
+                other => panic!("expected e-6 and e-7, got {other:?}"),
             }
-            other => panic!("expected {payload}, got {other:?}"),
         }
-    }
-
+    })
+    .await;
     // Every acknowledged message was received; QoS 2 ones exactly once; the QoS 1 duplicates
     // are exactly the messages in flight, unacknowledged, when a died (at most the receive
     // maximum per session).
