@@ -174,11 +174,24 @@ impl Server {
         let journal = persistence.as_ref().map(|p| p.journal.clone());
         let mut restored_relay = crate::relay::Restored::default();
         let persistence = persistence.map(|p| {
-            let journal: Arc<dyn mesgd_core::journal::Journal> = p.journal.clone();
-            broker.set_journal(&journal);
             restored_relay = p.relay;
-            p.writer
+            (p.journal, p.writer)
         });
+        let disk: Option<Arc<dyn mesgd_core::journal::Journal>> = persistence
+            .as_ref()
+            .map(|(journal, _)| -> Arc<dyn mesgd_core::journal::Journal> { journal.clone() });
+        // A clustered node copies its persistent sessions into the cluster through the journal
+        // (over the disk journal, if any), so that they resume elsewhere if it dies.
+        let session_copies =
+            config.cluster.as_ref().map(|_| Arc::new(mesgd_cluster::SessionCopies::new(disk.clone())));
+        let as_journal = match &session_copies {
+            Some(copies) => Some(copies.clone() as Arc<dyn mesgd_core::journal::Journal>),
+            None => disk,
+        };
+        if let Some(journal) = &as_journal {
+            broker.set_journal(journal);
+        }
+        let persistence = persistence.map(|(_, writer)| writer);
         // After the restore, so the restored subscriptions become NATS interest; before the
         // listeners, so the first client already sees the cluster's retained messages.
         let cluster = match &config.cluster {
@@ -186,7 +199,9 @@ impl Server {
                 let mut c = c.clone();
                 c.resolve_paths(&config.base_dir);
                 // Boxed: joining is a large future, and only clustered nodes pay for it.
-                Some(Arc::new(Box::pin(mesgd_cluster::Cluster::start(&c, &broker)).await?))
+                Some(Arc::new(
+                    Box::pin(mesgd_cluster::Cluster::start(&c, &broker, session_copies.clone())).await?,
+                ))
             }
             None => None,
         };

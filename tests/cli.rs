@@ -2,7 +2,7 @@
 
 mod common;
 #[path = "common/daemon.rs"]
-#[allow(unreachable_pub)]
+#[allow(unreachable_pub, dead_code)]
 mod daemon;
 
 use daemon::Daemon;

@@ -10,7 +10,8 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::nats::{NatsServer, cluster};
-use common::packets::{mqtt_str, packet, publish_packet, subscribe_packet};
+use common::packets::{packet, publish_packet, subscribe_packet};
+use common::persistent::persistent_v5;
 use common::{Raw, TestServer, within};
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 
@@ -88,16 +89,6 @@ async fn a_publish_the_stream_cannot_store_is_never_acknowledged() {
     assert!(seen.is_empty(), "MQTT 3.1.1: no PUBREC, the socket closes; got {seen:?}");
     assert_eq!(counter(&a, |s| &s.durable_stored), 1);
     assert!(counter(&a, |s| &s.durable_store_errors) >= 2);
-}
-
-/// An MQTT 5 CONNECT of a persistent session (expiry 3600 s, clean start 0) with receive
-/// maximum `receive_max`.
-fn persistent_v5(client_id: &str, receive_max: u16) -> Vec<u8> {
-    let mut body = mqtt_str("MQTT");
-    body.extend_from_slice(&[5, 0x00, 0, 60, 8, 0x11, 0, 0, 0x0e, 0x10, 0x21]);
-    body.extend_from_slice(&receive_max.to_be_bytes());
-    body.extend_from_slice(&mqtt_str(client_id));
-    packet(0x10, &body)
 }
 
 /// Connects `client_id` persistently on `server`; returns the connection and session present.

@@ -77,17 +77,8 @@ async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lea
     synced(&b).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("a.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[storage]\ndir = {:?}\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n\
-             [auth]\nallow_anonymous = true\n[cluster]\nnode = \"a\"\nnats = [{:?}]\nlease_ms = {LEASE_MS}\n",
-            dir.path().display().to_string(),
-            nats.url
-        ),
-    )
-    .unwrap();
+    let config =
+        daemon::cluster_node_config(dir.path(), "a", &nats.url, "", &format!("lease_ms = {LEASE_MS}"));
     let mut a = Daemon::start(&config, &["mqtt"]).await;
     let on_a = a.addrs["mqtt"];
 

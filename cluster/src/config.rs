@@ -82,6 +82,14 @@ pub struct ClusterConfig {
     /// Server unavailable; past the second, the claim stands and the connect proceeds.
     #[serde(default = "default_registry_timeout_ms")]
     pub registry_timeout_ms: u64,
+    /// The JetStream KV bucket of the persistent sessions' copies (one record per client id),
+    /// from which a session whose node died resumes elsewhere (replicas: `registry_replicas`).
+    #[serde(default = "default_session_state_bucket")]
+    pub session_state_bucket: String,
+    /// How long after a session's first change its record is written, in milliseconds (the
+    /// changes meanwhile go in the same write); what a packet waits for is written at once.
+    #[serde(default = "default_session_write_delay_ms")]
+    pub session_write_delay_ms: u64,
     /// The relay across nodes: the JetStream KV bucket naming the node that holds each relay
     /// address, and the stream of the store-and-forward queues of offline addresses (their
     /// replica counts are `registry_replicas`).
@@ -156,6 +164,12 @@ fn default_registry_bucket() -> String {
 fn default_registry_timeout_ms() -> u64 {
     2000
 }
+fn default_session_state_bucket() -> String {
+    "mesgd_session_state".to_owned()
+}
+fn default_session_write_delay_ms() -> u64 {
+    20
+}
 fn default_relay_bucket() -> String {
     "mesgd_relay".to_owned()
 }
@@ -193,6 +207,8 @@ impl fmt::Debug for ClusterConfig {
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)
+            .field("session_state_bucket", &self.session_state_bucket)
+            .field("session_write_delay_ms", &self.session_write_delay_ms)
             .field("relay_bucket", &self.relay_bucket)
             .field("relay_queue_stream", &self.relay_queue_stream)
             .field("content_bucket", &self.content_bucket)
@@ -299,6 +315,7 @@ impl ClusterConfig {
         }
         for (key, b) in [
             ("registry_bucket", &self.registry_bucket),
+            ("session_state_bucket", &self.session_state_bucket),
             ("wills_bucket", &self.wills_bucket),
             ("nodes_bucket", &self.nodes_bucket),
             ("relay_bucket", &self.relay_bucket),
@@ -317,6 +334,7 @@ impl ClusterConfig {
         }
         let buckets = [
             &self.registry_bucket,
+            &self.session_state_bucket,
             &self.wills_bucket,
             &self.nodes_bucket,
             &self.relay_bucket,
@@ -326,7 +344,14 @@ impl ClusterConfig {
             return Err(ClusterConfigError::OutOfRange {
                 key: "wills_bucket",
                 value: self.wills_bucket.clone(),
-                why: "registry_bucket, wills_bucket, nodes_bucket, relay_bucket and content_bucket must differ",
+                why: "registry_bucket, session_state_bucket, wills_bucket, nodes_bucket, relay_bucket and content_bucket must differ",
+            });
+        }
+        if self.session_write_delay_ms == 0 || self.session_write_delay_ms > 10_000 {
+            return Err(ClusterConfigError::OutOfRange {
+                key: "session_write_delay_ms",
+                value: self.session_write_delay_ms.to_string(),
+                why: "1 to 10000",
             });
         }
         if self.lease_ms < 300 {

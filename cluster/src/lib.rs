@@ -29,6 +29,8 @@
 //! - `retained`: the retained stream, storing into it and following it.
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   and the takeover requests between nodes.
+//! - `sessions`: persistent sessions copied into a KV bucket through the journal
+//!   ([`SessionCopies`]), and resumed from there when their node died.
 //! - `users`: builtin users and their ACLs the same on every node, through a stream.
 //! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
 //!   takes its lease over.
@@ -48,6 +50,7 @@ mod lost;
 mod registry;
 mod relay;
 mod retained;
+mod sessions;
 mod stats;
 mod users;
 mod wills;
@@ -58,10 +61,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::{ConnectOptions, Event};
+use bytes::Bytes;
 use futures_util::StreamExt;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
 pub use mesgd_core::cluster::registry::Record;
+pub use mesgd_core::cluster::session_record::SessionRecord;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -69,6 +74,7 @@ pub use self::config::{ClusterConfig, ClusterConfigError, ClusterTls};
 pub use self::content::ContentClusterStats;
 pub use self::durable::DurableConfig;
 pub use self::relay::RelayClusterStats;
+pub use self::sessions::SessionCopies;
 pub use self::stats::{ClusterStats, Kind};
 pub use self::wire::WireError;
 
@@ -130,6 +136,7 @@ pub struct Cluster {
     retained_applied: watch::Receiver<u64>,
     registry: registry::Registry,
     registry_kv: async_nats::jetstream::kv::Store,
+    sessions: Arc<sessions::store::SessionStore>,
     registry_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
     js: async_nats::jetstream::Context,
@@ -146,7 +153,13 @@ impl Cluster {
     /// Connects to NATS, creates (or finds) the retained stream, loads the retained messages
     /// it holds into `broker` (bounded by `retained_load_timeout_ms`), and installs the seams.
     /// Relative paths in `config` must already be resolved ([`ClusterConfig::resolve_paths`]).
-    pub async fn start(config: &ClusterConfig, broker: &Arc<Broker>) -> Result<Cluster, StartError> {
+    /// `copies`, the broker's journal, has this node's persistent sessions written to the
+    /// cluster (without it, sessions are read from there on recovery but not written).
+    pub async fn start(
+        config: &ClusterConfig,
+        broker: &Arc<Broker>,
+        copies: Option<Arc<SessionCopies>>,
+    ) -> Result<Cluster, StartError> {
         config.validate()?;
         let stats = Arc::new(ClusterStats::default());
         let client = connect(config, &stats, true).await?;
@@ -155,6 +168,20 @@ impl Cluster {
         let stream = retained::stream(&js, &config.retained_stream, config.retained_replicas).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
         let registry_kv = registry::bucket(&js, &config.registry_bucket, config.registry_replicas).await?;
+        let session_store = Arc::new(sessions::store::SessionStore::new(
+            registry::named_bucket(
+                &js,
+                &config.session_state_bucket,
+                config.registry_replicas,
+                "mesgd persistent sessions' state, for recovery when their node dies",
+                -1,
+            )
+            .await
+            .map_err(StartError::Registry)?,
+            me.node.clone(),
+            stats.clone(),
+            Duration::from_millis(config.registry_timeout_ms),
+        ));
         let registry = registry::Registry::new(
             registry_kv.clone(),
             client.clone(),
@@ -162,6 +189,7 @@ impl Cluster {
             broker,
             stats.clone(),
             Duration::from_millis(config.registry_timeout_ms),
+            session_store.clone(),
         );
 
         let (applied_tx, retained_applied) = watch::channel(0);
@@ -244,6 +272,16 @@ impl Cluster {
             )),
         ];
         tasks.extend(will_tasks);
+        let session_store_handle = session_store.clone();
+        if let Some(copies) = copies {
+            tasks.push(tokio::spawn(sessions::store::write_loop(
+                copies,
+                session_store,
+                registry.clone(),
+                Arc::downgrade(broker),
+                Duration::from_millis(config.session_write_delay_ms),
+            )));
+        }
         let as_interest: Arc<dyn mesgd_core::cluster::Interest> = interest.clone();
         broker.router().set_interest(&as_interest);
         broker.set_session_registry(Arc::new(registry.clone()));
@@ -264,6 +302,7 @@ impl Cluster {
             retained_applied,
             registry,
             registry_kv,
+            sessions: session_store_handle,
             registry_task: std::sync::Mutex::new(Some(registry_task)),
             tasks: std::sync::Mutex::new(tasks),
             js: users_js,
@@ -405,6 +444,28 @@ impl Cluster {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The copy of `client_id`'s persistent session in the sessions bucket, if there is one
+    /// that parses (an unreadable one is counted, `session_records_unreadable`).
+    pub async fn session_record(&self, client_id: &str) -> Result<Option<SessionRecord>, String> {
+        let key = client_key::encode(client_id).map_err(|e| e.to_string())?;
+        Ok(self.sessions.read(&key).await?.and_then(|(_, record)| record))
+    }
+
+    /// Writes `bytes` as `client_id`'s session record the way this node writes its sessions'
+    /// records, as holder of the client id at `registry_revision`: refused (`Ok(false)`,
+    /// counted as `sessions_fenced`) when the stored record comes from a newer claim. For
+    /// repair tools and tests; the node's own writes go through the journal.
+    pub async fn write_session_record(
+        &self,
+        client_id: &str,
+        bytes: Vec<u8>,
+        registry_revision: u64,
+    ) -> Result<bool, String> {
+        let id: Arc<str> = Arc::from(client_id);
+        let key = client_key::encode(client_id).map_err(|e| e.to_string())?;
+        self.sessions.put_checked(&id, &key, Bytes::from(bytes), registry_revision).await
     }
 
     /// Every record in the session registry, by client id: one read of the whole bucket, for

@@ -128,6 +128,22 @@ pub struct ClusterStats {
     pub durable_queue_full: AtomicU64,
     /// The most stores that awaited the durable stream's acknowledgement at once (a gauge).
     pub durable_in_flight_peak: AtomicU64,
+    /// Session records written to the sessions bucket.
+    pub sessions_written: AtomicU64,
+    /// Session record writes that failed or timed out (tried again).
+    pub session_write_errors: AtomicU64,
+    /// Session record writes refused: a newer claim's record is stored.
+    pub sessions_fenced: AtomicU64,
+    /// Sessions not copied: their record is longer than the limit.
+    pub sessions_too_large: AtomicU64,
+    /// Session records that do not parse.
+    pub session_records_unreadable: AtomicU64,
+    /// Sessions of a dead node resumed here from their record.
+    pub sessions_recovered: AtomicU64,
+    /// Records of a dead node's sessions found expired, not resumed.
+    pub sessions_recovered_expired: AtomicU64,
+    /// Packets' changes waiting for their session record's write.
+    pub session_copies_waiting: AtomicU64,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -390,6 +406,54 @@ impl ClusterStats {
                 "The most QoS 1/2 stores awaiting the durable stream at once",
                 Gauge,
                 get(&self.durable_in_flight_peak),
+            ),
+            (
+                "sessions_written",
+                "Session records written to the sessions bucket",
+                Counter,
+                get(&self.sessions_written),
+            ),
+            (
+                "session_write_errors",
+                "Session record writes that failed or timed out (tried again)",
+                Counter,
+                get(&self.session_write_errors),
+            ),
+            (
+                "sessions_fenced",
+                "Session record writes refused: a newer claim's record is stored",
+                Counter,
+                get(&self.sessions_fenced),
+            ),
+            (
+                "sessions_too_large",
+                "Sessions not copied: their record is longer than the limit",
+                Counter,
+                get(&self.sessions_too_large),
+            ),
+            (
+                "session_records_unreadable",
+                "Session records that do not parse",
+                Counter,
+                get(&self.session_records_unreadable),
+            ),
+            (
+                "sessions_recovered",
+                "Sessions of a dead node resumed here from their record",
+                Counter,
+                get(&self.sessions_recovered),
+            ),
+            (
+                "sessions_recovered_expired",
+                "Records of a dead node's sessions found expired, not resumed",
+                Counter,
+                get(&self.sessions_recovered_expired),
+            ),
+            (
+                "session_copies_waiting",
+                "Packets' changes waiting for their session record's write",
+                Gauge,
+                get(&self.session_copies_waiting),
             ),
         ];
         values.extend(self.relay.values());

@@ -12,6 +12,23 @@ use tokio::sync::mpsc;
 
 use crate::common::within;
 
+/// Writes `<dir>/<node>.toml` for a clustered node `node` on the NATS server `nats` with one
+/// MQTT listener (`mqtt`), anonymous clients, storage in `dir`, and `tables` (whole TOML
+/// tables; `cluster_keys` go into `[cluster]`). Returns the file.
+pub fn cluster_node_config(dir: &Path, node: &str, nats: &str, tables: &str, cluster_keys: &str) -> PathBuf {
+    let config = dir.join(format!("{node}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\ndir = {:?}\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n\
+             [auth]\nallow_anonymous = true\n{tables}\n[cluster]\nnode = {node:?}\nnats = [{nats:?}]\n{cluster_keys}\n",
+            dir.display().to_string(),
+        ),
+    )
+    .expect("write the config");
+    config
+}
+
 /// A running `mesgd serve`.
 pub struct Daemon {
     pub child: Child,

@@ -26,6 +26,16 @@ pub fn persistent_connect(version: ProtocolVersion, client_id: &str) -> Vec<u8> 
     packet(0x10, &body)
 }
 
+/// An MQTT 5 CONNECT of a persistent session (expiry 3600 s, clean start 0) with receive
+/// maximum `receive_max`.
+pub fn persistent_v5(client_id: &str, receive_max: u16) -> Vec<u8> {
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[5, 0x00, 0, 60, 8, 0x11, 0, 0, 0x0e, 0x10, 0x21]);
+    body.extend_from_slice(&receive_max.to_be_bytes());
+    body.extend_from_slice(&mqtt_str(client_id));
+    packet(0x10, &body)
+}
+
 /// Connects a persistent session; returns the connection and whether the session was present.
 pub async fn connect_persistent(addr: SocketAddr, version: ProtocolVersion, client_id: &str) -> (Raw, bool) {
     let mut raw = Raw::open(addr, version).await;

@@ -5,19 +5,24 @@
 use std::sync::Arc;
 
 use mesgd_core::cluster::handover::{HandedMessage, HandedQos2};
-use mesgd_core::cluster::registry::{MAX_REPLY_LEN, TakeoverReply};
+use mesgd_core::cluster::registry::{HandedSubscription, MAX_REPLY_LEN, TakeoverReply};
 use mesgd_core::session::{RestoredEntry, Session};
 
 use crate::stats::ClusterStats;
 
 /// The session's in-flight messages (in send order), its queued ones, and its incoming QoS 2
 /// ids awaiting PUBREL, in the reply's form.
-pub(super) fn handed_messages(session: &Session) -> (Vec<HandedMessage>, Vec<HandedQos2>) {
+pub(crate) fn handed_messages(session: &Session) -> (Vec<HandedMessage>, Vec<HandedQos2>) {
     let now = tokio::time::Instant::now().into_std();
     let (entries, incoming) = session.handover_entries();
     let messages = entries.iter().map(|e| HandedMessage::of(e, now)).collect();
     let incoming = incoming.into_iter().map(|(packet_id, digest)| HandedQos2 { packet_id, digest }).collect();
     (messages, incoming)
+}
+
+/// The session's subscriptions, in the reply's form.
+pub(crate) fn handed_subscriptions(session: &Session) -> Vec<HandedSubscription> {
+    session.subscriptions().iter().map(|(_, r)| HandedSubscription::of(&r.filter, &r.options)).collect()
 }
 
 /// The reply's bytes, within [`MAX_REPLY_LEN`]: queued messages that do not fit are left out
@@ -54,11 +59,11 @@ pub(super) fn fit(reply: &mut TakeoverReply, stats: &ClusterStats) -> Vec<u8> {
 }
 
 /// The handed-over messages as queue entries; one that does not parse is dropped and counted.
-pub(super) fn entries(reply: &TakeoverReply, node: &str, stats: &ClusterStats) -> Vec<RestoredEntry> {
+pub(crate) fn entries(messages: &[HandedMessage], node: &str, stats: &ClusterStats) -> Vec<RestoredEntry> {
     let now = tokio::time::Instant::now().into_std();
     let node: Arc<str> = Arc::from(node);
-    let mut entries = Vec::with_capacity(reply.messages.len());
-    for m in &reply.messages {
+    let mut entries = Vec::with_capacity(messages.len());
+    for m in messages {
         match m.parse(&node, now) {
             Ok(e) => entries.push(e),
             Err(e) => {

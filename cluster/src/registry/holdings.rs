@@ -102,6 +102,11 @@ impl Holdings {
         }
     }
 
+    /// The revision at which this node owns `id`, if it does (claimed, not superseded).
+    pub(crate) fn owned_revision(&self, id: &str) -> Option<u64> {
+        lock(&self.held).get(id).filter(|h| h.owned() && h.revision > 0).map(|h| h.revision)
+    }
+
     /// Whether this node has no claim of `id` (none made, none in flight).
     pub(crate) fn is_unknown(&self, id: &str) -> bool {
         !lock(&self.held).contains_key(id)

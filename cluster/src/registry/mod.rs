@@ -19,7 +19,7 @@
 //! `docs/cluster.md` discusses the choices (request/reply rather than watching the bucket) and
 //! the failure behaviour.
 
-mod handover;
+pub(crate) mod handover;
 mod holdings;
 mod takeover;
 
@@ -105,6 +105,8 @@ struct Inner {
     holdings: Holdings,
     stats: Arc<ClusterStats>,
     timeout: Duration,
+    /// The sessions' copies, read when a session's previous owner is gone.
+    sessions: Arc<crate::sessions::store::SessionStore>,
     /// Tells the takeover task to unsubscribe and end.
     stop: tokio::sync::Notify,
 }
@@ -117,6 +119,7 @@ impl Registry {
         broker: &Arc<Broker>,
         stats: Arc<ClusterStats>,
         timeout: Duration,
+        sessions: Arc<crate::sessions::store::SessionStore>,
     ) -> Registry {
         Registry {
             inner: Arc::new(Inner {
@@ -128,6 +131,7 @@ impl Registry {
                 holdings: Holdings::default(),
                 stats,
                 timeout,
+                sessions,
                 stop: tokio::sync::Notify::new(),
             }),
         }
@@ -149,6 +153,11 @@ impl Registry {
     /// Has the task of [`Registry::serve`] unsubscribe from the takeover subject and end.
     pub(crate) fn stop_serving(&self) {
         self.inner.stop.notify_one();
+    }
+
+    /// The registry revision at which this node owns `id`, if it does.
+    pub(crate) fn owned_revision(&self, id: &str) -> Option<u64> {
+        self.inner.holdings.owned_revision(id)
     }
 
     /// How many client ids this node holds in the registry (or is claiming).
@@ -175,8 +184,12 @@ impl Registry {
         // our CAS replaced must close its connection: the newer claimer read our record, and
         // asks only us.
         me.holdings.claimed(&key.id, revision);
-        match previous.filter(|p| *p.node != *me.node) {
-            Some(previous) => Ok(self.ask_to_close(&previous.node, &key.id, revision, resume).await),
+        let Some(previous) = previous.filter(|p| *p.node != *me.node) else { return Ok(Handover::default()) };
+        match self.ask_to_close(&previous.node, &key.id, revision, resume).await {
+            Some(handover) => Ok(handover),
+            // The previous owner is gone (or does not answer): its copy of a persistent
+            // session, if the client asked to resume it.
+            None if resume => Ok(self.recover(&key.id, revision).await),
             None => Ok(Handover::default()),
         }
     }
@@ -229,8 +242,8 @@ impl Registry {
 
     /// Asks `node` to close its connection to `id` (and, with `resume`, to hand its session
     /// over); bounded, and the claim stands whatever the answer (the CAS already fenced
-    /// `node`).
-    async fn ask_to_close(&self, node: &str, id: &str, revision: u64, resume: bool) -> Handover {
+    /// `node`). `None`: `node` did not answer (gone, or too slow).
+    async fn ask_to_close(&self, node: &str, id: &str, revision: u64, resume: bool) -> Option<Handover> {
         let me = &self.inner;
         ClusterStats::add(&me.stats.registry_takeovers_sent, 1);
         let request =
@@ -240,11 +253,12 @@ impl Registry {
             Ok(Ok(reply)) => match TakeoverReply::decode(&reply.payload) {
                 Ok(reply) => {
                     tracing::debug!(client_id = id, node, outcome = ?reply.outcome, "cluster: took the client over");
-                    return self.handed_over(&reply, node);
+                    return Some(self.handed_over(&reply, node));
                 }
                 Err(e) => {
                     ClusterStats::add(&me.stats.decode_errors, 1);
                     tracing::debug!(error = %e, "cluster: unreadable takeover reply");
+                    return Some(Handover::default());
                 }
             },
             Ok(Err(e)) if e.kind() == RequestErrorKind::NoResponders => {
@@ -260,7 +274,30 @@ impl Registry {
                 tracing::warn!(client_id = id, node, "cluster: the previous owner did not answer in time");
             }
         }
-        Handover::default()
+        None
+    }
+
+    /// The session of `id` from its record, its previous owner being gone; bounded by the
+    /// registry timeout. Nothing (a fresh session) without a record, or past the bound.
+    async fn recover(&self, id: &Arc<str>, revision: u64) -> Handover {
+        let me = &self.inner;
+        let Ok(Some(record)) = tokio::time::timeout(me.timeout, me.sessions.recover(id, revision)).await
+        else {
+            return Handover::default();
+        };
+        tracing::info!(
+            client_id = &**id,
+            node = record.node,
+            "cluster: resumed a session of a node that is gone"
+        );
+        let reply = TakeoverReply {
+            outcome: mesgd_core::cluster::registry::TakeoverOutcome::Offline,
+            resumed: true,
+            subscriptions: record.subscriptions,
+            messages: record.messages,
+            incoming_qos2: record.incoming_qos2,
+        };
+        self.handed_over(&reply, &record.node)
     }
 
     /// The session a takeover reply hands over; a subscription that does not parse is dropped
@@ -280,7 +317,7 @@ impl Registry {
                 }
             }
         }
-        let entries = handover::entries(reply, node, &self.inner.stats);
+        let entries = handover::entries(&reply.messages, node, &self.inner.stats);
         let incoming_qos2 = reply.incoming_qos2.iter().map(|q| (q.packet_id, q.digest)).collect();
         Handover { resumed: true, subscriptions, entries, incoming_qos2 }
     }

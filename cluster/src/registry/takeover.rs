@@ -13,7 +13,7 @@
 use async_nats::Subscriber;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mesgd_core::cluster::registry::{HandedSubscription, TakeoverOutcome, TakeoverReply, TakeoverRequest};
+use mesgd_core::cluster::registry::{TakeoverOutcome, TakeoverReply, TakeoverRequest};
 use mesgd_core::model::{Kick, SessionExpiry, SessionKey};
 
 use super::holdings::Verdict;
@@ -84,14 +84,7 @@ impl Registry {
                         .filter(|s| {
                             !s.is_online() && !s.is_ended() && s.expiry() != SessionExpiry::OnDisconnect
                         })
-                        .map(|s| {
-                            let subscriptions = s
-                                .subscriptions()
-                                .iter()
-                                .map(|(_, r)| HandedSubscription::of(&r.filter, &r.options))
-                                .collect::<Vec<_>>();
-                            (subscriptions, handover::handed_messages(&s))
-                        });
+                        .map(|s| (handover::handed_subscriptions(&s), handover::handed_messages(&s)));
                 }
                 outcome
             }

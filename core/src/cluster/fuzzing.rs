@@ -41,7 +41,7 @@ pub fn subject_mapping(data: &[u8]) {
 /// the input is read as a KV key (whatever decodes must be the canonical key of its client id),
 /// as a client id (whose key must decode back to it), and as each registry message (which
 /// must not panic, and whatever is read must read back the same after encoding), including
-/// the messages of a handed-over session.
+/// the messages of a handed-over session and a session's record for recovery.
 pub fn registry_messages(data: &[u8]) {
     use super::client_key;
     use super::registry::{Record, TakeoverReply, TakeoverRequest};
@@ -79,6 +79,10 @@ pub fn registry_messages(data: &[u8]) {
             }
         }
         assert_eq!(TakeoverReply::decode(&a.encode()).ok(), Some(a));
+    }
+    if let Ok(r) = super::session_record::SessionRecord::decode(data) {
+        let _ = r.expired(u64::MAX);
+        assert_eq!(super::session_record::SessionRecord::decode(&r.encode()).ok(), Some(r));
     }
 }
 

@@ -14,6 +14,8 @@
 //! - [`handover`]: a moving session's queued and in-flight messages, in the takeover reply.
 //! - [`client_key`]: the injective client id → NATS KV key escaping.
 //! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
+//! - [`session_record`]: a persistent session's copy in the cluster, for recovery after its
+//!   node died, and which journal changes must be in it before a packet leaves.
 //! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
 //! - [`content`]: content routing's seams to the cluster and its reach header.
 //! - [`relay`]: the relay's seams to the cluster and how addresses are named in NATS;
@@ -28,6 +30,7 @@ pub mod handover;
 pub mod registry;
 pub mod relay;
 pub mod relay_wire;
+pub mod session_record;
 pub mod subject;
 #[cfg(test)]
 mod subject_tests;
