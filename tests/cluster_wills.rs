@@ -1,7 +1,8 @@
 //! Wills of a node that dies: a real `mesgd` process as node a, killed with SIGKILL while two
 //! clients are connected to it with wills (one of them had disconnected cleanly before, so its
 //! will must not go out); in-process nodes b and c, over a real nats-server. Exactly one of b
-//! and c takes a's lease over and sends the will of the client that was still connected, once.
+//! and c takes a's lease over and sends the will of the client that was still connected, once,
+//! reading a's wills only (b and c keep wills of their own clients meanwhile).
 
 mod common;
 #[path = "common/daemon.rs"]
@@ -82,24 +83,35 @@ async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lea
     let mut a = Daemon::start(&config, &["mqtt"]).await;
     let on_a = a.addrs["mqtt"];
 
-    // One client leaves cleanly (no will), the other stays connected until a dies.
+    // One client leaves cleanly (no will), the other stays connected until a dies. b and c
+    // keep a will each of their own clients: the node taking a's lease must not read them.
     let mut polite = connected(on_a, "polite", "will/polite", b"polite gone").await;
     let _stays = connected(on_a, "stays", "will/stays", b"stays gone").await;
+    let local = |s: &TestServer| std::net::SocketAddr::from(([127, 0, 0, 1], s.port()));
+    let _on_b = connected(local(&b), "on-b", "will/on-b", b"on b gone").await;
+    let _on_c = connected(local(&c), "on-c", "will/on-c", b"on c gone").await;
     polite.send(&packet(0xE0, &[])).await;
     polite.until_closed().await;
-    eventually("a to keep exactly the will of the connected client", || async {
-        cluster(&b).kept_wills().await.expect("bucket readable") == ["a.stays"]
+    eventually("a to keep exactly the will of its connected client, b and c theirs", || async {
+        let mut kept = cluster(&b).kept_wills().await.expect("bucket readable");
+        kept.sort();
+        kept == ["a.stays", "b.on-b", "c.on-c"]
     })
     .await;
+    assert_eq!(total(&[&b, &c], |s| &s.wills_scanned), 0, "b and c started with no wills to read");
 
     a.child.kill().await.expect("SIGKILL");
     let will = watcher.next_publish().await;
     assert_eq!((&will.topic[..], &will.payload[..]), (&b"will/stays"[..], &b"stays gone"[..]));
-    eventually("the record to be gone", || async {
-        cluster(&b).kept_wills().await.expect("readable").is_empty()
+    eventually("a's record to be gone, b's and c's kept", || async {
+        let mut kept = cluster(&b).kept_wills().await.expect("readable");
+        kept.sort();
+        kept == ["b.on-b", "c.on-c"]
     })
     .await;
     assert_eq!(total(&[&b, &c], |s| &s.leases_taken), 1, "one node took the lease over");
     assert_eq!(total(&[&b, &c], |s| &s.wills_sent), 1, "the will was sent once");
     assert_eq!(total(&[&b, &c], |s| &s.wills_unread), 0);
+    // a's two keys (the will of `stays`, the delete marker of `polite`'s), none of b's or c's.
+    assert_eq!(total(&[&b, &c], |s| &s.wills_scanned), 2, "only a's wills were read");
 }

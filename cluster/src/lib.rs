@@ -255,6 +255,7 @@ impl Cluster {
             .map_err(StartError::Registry)?,
             registry: registry_kv.clone(),
             lease: Duration::from_millis(config.lease_ms),
+            client: client.clone(),
         };
         let wills_kv = wills.wills.clone();
         let will_tasks = wills::start(wills, broker, me.clone(), stats.clone()).await?;

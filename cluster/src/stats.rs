@@ -67,6 +67,9 @@ pub struct ClusterStats {
     pub wills_cancelled: AtomicU64,
     /// Kept wills that could not be read.
     pub wills_unread: AtomicU64,
+    /// Will keys read from the bucket at start-up and at lease takeovers (only the keys of the
+    /// node whose wills are sent).
+    pub wills_scanned: AtomicU64,
     /// Builtin user changes of this node stored in the users stream.
     pub users_published: AtomicU64,
     /// Builtin user changes that could not be stored in the users stream (retried).
@@ -243,6 +246,51 @@ impl ClusterStats {
                 "Client connections closed: NATS had been lost for nats_lost_close_ms",
                 Counter,
                 get(&self.nats_lost_closes),
+            ),
+            (
+                "wills_kept",
+                "Wills of live connections kept in the wills bucket",
+                Counter,
+                get(&self.wills_kept),
+            ),
+            (
+                "wills_unkept",
+                "Wills kept on this node only (NATS down, queue full, id too long)",
+                Counter,
+                get(&self.wills_unkept),
+            ),
+            (
+                "wills_queue_full",
+                "Will changes dropped: the queue to the wills bucket was full",
+                Counter,
+                get(&self.wills_queue_full),
+            ),
+            (
+                "wills_release_errors",
+                "Kept wills whose record could not be deleted at the connection's end",
+                Counter,
+                get(&self.wills_release_errors),
+            ),
+            ("lease_errors", "Lease records this node could not rewrite", Counter, get(&self.lease_errors)),
+            ("leases_taken", "Leases of dead nodes this node took over", Counter, get(&self.leases_taken)),
+            (
+                "wills_sent",
+                "Wills of dead nodes (or of this node's previous instance) sent here",
+                Counter,
+                get(&self.wills_sent),
+            ),
+            (
+                "wills_cancelled",
+                "Delayed wills of dead nodes not sent: the client connected again",
+                Counter,
+                get(&self.wills_cancelled),
+            ),
+            ("wills_unread", "Kept wills that could not be read", Counter, get(&self.wills_unread)),
+            (
+                "wills_scanned",
+                "Will keys read at start-up and at lease takeovers",
+                Counter,
+                get(&self.wills_scanned),
             ),
             (
                 "users_published",

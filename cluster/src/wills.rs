@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::kv::{self, Operation};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -145,6 +146,8 @@ pub(crate) struct Wills {
     pub(crate) nodes: kv::Store,
     pub(crate) registry: kv::Store,
     pub(crate) lease: Duration,
+    /// For the inboxes of the consumers that read one node's wills.
+    pub(crate) client: async_nats::Client,
 }
 
 /// Sends what this node's previous instance left, writes its lease, and starts the tasks; the
@@ -309,22 +312,10 @@ async fn fire_wills_of(
     node: &str,
     keep: Option<u64>,
 ) {
-    let Ok(mut keys) = buckets.wills.keys().await else {
+    let Some(mine) = keys_of(buckets, node, stats).await else {
         ClusterStats::add(&stats.wills_unread, 1);
         return;
     };
-    let prefix = format!("{node}.");
-    let mut mine = Vec::new();
-    while let Some(key) = keys.next().await {
-        match key {
-            Ok(k) if k.starts_with(&prefix) => mine.push(k),
-            Ok(_) => {}
-            Err(_) => {
-                ClusterStats::add(&stats.wills_unread, 1);
-                break;
-            }
-        }
-    }
     for key in mine {
         let Ok(Some(entry)) = buckets.wills.entry(&key).await else { continue };
         if entry.operation != Operation::Put {
@@ -354,6 +345,40 @@ async fn fire_wills_of(
             None => ClusterStats::add(&stats.wills_unread, 1),
         }
     }
+}
+
+/// The keys of the wills kept under `node`, read through an ordered consumer filtered on
+/// `<node>.>` (headers only, the last message of each key): the cost of a start-up or a
+/// takeover is that node's wills, not the whole bucket. `None` if the bucket cannot be read.
+async fn keys_of(buckets: &Wills, node: &str, stats: &ClusterStats) -> Option<Vec<String>> {
+    let wills = &buckets.wills;
+    let config = push::OrderedConfig {
+        deliver_subject: buckets.client.new_inbox(),
+        description: Some("mesgd wills of one node".into()),
+        filter_subject: format!("{}{node}.>", wills.prefix),
+        headers_only: true,
+        replay_policy: ReplayPolicy::Instant,
+        deliver_policy: DeliverPolicy::LastPerSubject,
+        ..Default::default()
+    };
+    let consumer = wills.stream.create_consumer(config).await.ok()?;
+    let mut keys = Vec::new();
+    if consumer.cached_info().num_pending == 0 {
+        return Some(keys);
+    }
+    let mut messages = consumer.messages().await.ok()?;
+    while let Some(message) = messages.next().await {
+        let message = message.ok()?;
+        let pending = message.info().ok()?.pending;
+        ClusterStats::add(&stats.wills_scanned, 1);
+        if let Some(key) = message.subject.strip_prefix(wills.prefix.as_str()) {
+            keys.push(key.to_owned());
+        }
+        if pending == 0 {
+            return Some(keys);
+        }
+    }
+    None
 }
 
 /// Whether `client_id` is connected again on a node other than `dead`.
