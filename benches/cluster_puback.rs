@@ -11,15 +11,18 @@
 //!
 //! Figures are for comparing on one machine, not absolute.
 
+#[path = "support/nats.rs"]
+#[allow(dead_code)]
+mod nats;
+
 use std::collections::VecDeque;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use mesgd::Server;
 use mesgd::config::Config;
 use mesgd_core::mqtt::{self, Packet, ProtocolVersion};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const SEQUENTIAL: usize = 3000;
@@ -79,33 +82,6 @@ impl Connection {
             other => panic!("expected PUBACK, got {other:?}"),
         }
     }
-}
-
-struct Nats {
-    _child: tokio::process::Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-async fn nats() -> Nats {
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = tokio::process::Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("this benchmark needs nats-server on PATH (Debian: apt-get install nats-server)");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if line.contains("Server is ready") {
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Nats { _child: child, url: format!("nats://127.0.0.1:{port}"), _dir: dir }
 }
 
 async fn node(cluster: &str) -> (Server, tempfile::TempDir) {
@@ -169,7 +145,7 @@ async fn pipelined(addr: std::net::SocketAddr, id: &str) -> (Vec<Duration>, f64)
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let nats = nats().await;
+        let nats = nats::start().await;
         let (single, _d0) = node("").await;
         let (a, _d1) = node(&format!("[cluster]\nnode = \"a\"\nnats = [{:?}]\n", nats.url)).await;
         let (single_addr, a_addr) = (single.local_addr("mqtt").unwrap(), a.local_addr("mqtt").unwrap());
