@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::kv::{self, Operation};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -347,38 +347,43 @@ async fn fire_wills_of(
     }
 }
 
-/// The keys of the wills kept under `node`, read through an ordered consumer filtered on
-/// `<node>.>` (headers only, the last message of each key): the cost of a start-up or a
-/// takeover is that node's wills, not the whole bucket. `None` if the bucket cannot be read.
+/// How long reading one node's will keys may wait for the next one.
+const SCAN_WAIT: Duration = Duration::from_secs(5);
+
+/// The keys of the wills kept under `node`, read through a consumer filtered on `<node>.>`
+/// (headers only, the last message of each key): the cost of a start-up or a takeover is that
+/// node's wills, not the whole bucket. The inbox is subscribed before the consumer exists, so
+/// none of what it pushes at once is lost. `None` if the bucket cannot be read in time.
 async fn keys_of(buckets: &Wills, node: &str, stats: &ClusterStats) -> Option<Vec<String>> {
     let wills = &buckets.wills;
-    let config = push::OrderedConfig {
-        deliver_subject: buckets.client.new_inbox(),
+    let inbox = buckets.client.new_inbox();
+    let mut delivered = buckets.client.subscribe(inbox.clone()).await.ok()?;
+    let config = push::Config {
+        deliver_subject: inbox,
         description: Some("mesgd wills of one node".into()),
         filter_subject: format!("{}{node}.>", wills.prefix),
         headers_only: true,
+        ack_policy: AckPolicy::None,
         replay_policy: ReplayPolicy::Instant,
         deliver_policy: DeliverPolicy::LastPerSubject,
+        // Removed by the server if this node dies before deleting it.
+        inactive_threshold: Duration::from_secs(30),
         ..Default::default()
     };
     let consumer = wills.stream.create_consumer(config).await.ok()?;
+    let info = consumer.cached_info();
     let mut keys = Vec::new();
-    if consumer.cached_info().num_pending == 0 {
-        return Some(keys);
-    }
-    let mut messages = consumer.messages().await.ok()?;
-    while let Some(message) = messages.next().await {
-        let message = message.ok()?;
-        let pending = message.info().ok()?.pending;
+    // What the consumer had to deliver when it was made: the node's keys then.
+    for _ in 0..info.num_pending {
+        let message = tokio::time::timeout(SCAN_WAIT, delivered.next()).await.ok()??;
         ClusterStats::add(&stats.wills_scanned, 1);
         if let Some(key) = message.subject.strip_prefix(wills.prefix.as_str()) {
             keys.push(key.to_owned());
         }
-        if pending == 0 {
-            return Some(keys);
-        }
     }
-    None
+    let _ = delivered.unsubscribe().await;
+    let _ = wills.stream.delete_consumer(&info.name).await;
+    Some(keys)
 }
 
 /// Whether `client_id` is connected again on a node other than `dead`.
