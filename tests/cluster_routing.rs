@@ -1,13 +1,18 @@
 //! Nodes exchanging messages over a real nats-server (`nats-server -js` on a loopback port):
 //! clients on different nodes at QoS 0, 1 and 2, overlapping subscriptions delivered once, no
-//! echo of a node's own publishes, order per publisher and topic, properties across nodes.
+//! echo of a node's own publishes, order per publisher and topic, properties across nodes,
+//! shared subscriptions split across the nodes with a member online.
 
 mod common;
 
 use std::sync::atomic::Ordering;
 
 use common::nats::{NatsServer, cluster, node, synced};
+use common::packets::{packet, subscribe_packet};
+use common::persistent::connect_persistent;
 use common::{v3, v5};
+use mesgd_core::model::SessionKey;
+use mesgd_core::mqtt::{Packet, ProtocolVersion};
 use rumqttc::QoS;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,4 +291,63 @@ async fn a_shared_subscription_across_nodes_gives_each_message_to_one_member() {
     synced(&a).await;
     pub_c.client.publish("jobs/x", v5::QoS::AtLeastOnce, false, "after").await.unwrap();
     assert_eq!(&member_b.next_publish().await.payload[..], b"after");
+}
+
+/// Messages this node's shared groups received from NATS queue subscriptions.
+fn shared_received(server: &common::TestServer) -> u64 {
+    cluster(server).stats().shared_received.load(Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_shared_member_takes_nothing_from_a_member_online_on_another_node() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+    // A persistent member of g on a subscribes and goes offline; its session stays.
+    let (mut away, _) = connect_persistent(a.addr, ProtocolVersion::V5, "away").await;
+    away.send(&subscribe_packet(1, "$share/g/work/+", 0x01, true)).await;
+    assert!(matches!(away.recv().await, Some(Packet::SubAck(_))));
+    away.send(&packet(0xE0, &[0])).await;
+    away.until_closed().await;
+    let key = SessionKey::mqtt("away");
+    common::within("a's member to be offline", async {
+        while a.broker().session(&key).is_none_or(|s| s.is_online()) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (mut online, _) = v5::connect(v5::options("online", b.port())).await;
+    online.subscribe("$share/g/work/+", v5::QoS::AtLeastOnce).await;
+    for n in [&a, &b] {
+        synced(n).await;
+    }
+    // Published on a, the offline member's own node: every message to b's online member.
+    let (publisher, _) = v5::connect(v5::options("pub", a.port())).await;
+    const N: usize = 40;
+    for i in 0..N {
+        publisher.client.publish("work/x", v5::QoS::AtLeastOnce, false, i.to_string()).await.unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < N {
+        got.push(String::from_utf8(online.next_publish().await.payload.to_vec()).unwrap());
+    }
+    assert_eq!(got, (0..N).map(|i| i.to_string()).collect::<Vec<_>>(), "all of them, in order");
+    assert_eq!((shared_received(&a), shared_received(&b)), (0, N as u64));
+
+    // Back online, the member on a takes its share again.
+    let (mut back, present) = connect_persistent(a.addr, ProtocolVersion::V5, "away").await;
+    assert!(present);
+    synced(&a).await;
+    for i in 0..N {
+        publisher.client.publish("work/x", v5::QoS::AtLeastOnce, false, i.to_string()).await.unwrap();
+    }
+    common::within("every shared message routed", async {
+        while shared_received(&a) + shared_received(&b) < 2 * N as u64 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(shared_received(&a) > 0, "the member online again on a got none of {N}");
+    assert!(shared_received(&b) > N as u64, "NATS gave b none of the second {N}");
+    assert!(matches!(back.recv().await, Some(Packet::Publish(_))), "a's member gets its share");
 }

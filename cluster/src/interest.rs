@@ -3,7 +3,7 @@
 //! for one or two subjects, counted here, so that filters sharing a subject (`a` and `a/#` both
 //! need `mq.a`) hold one NATS subscription between them.
 //!
-//! Shared groups (`$share/<group>/<filter>`) with a member here need a NATS queue
+//! Shared groups (`$share/<group>/<filter>`) with an online member here need a NATS queue
 //! subscription each (queue group named after group and filter, see
 //! [`mesgd_core::cluster::subject::queue_name`]), so NATS gives each message to one node of
 //! those that have members, and that node to one of its members.
@@ -31,7 +31,7 @@ pub(crate) type QueueSub = (String, String);
 pub(crate) type GroupTarget = (Arc<str>, TopicFilter);
 
 /// Subjects with the number of local filters that need each, and the queue subscriptions of
-/// the shared groups that have a member here.
+/// the shared groups that have an online member here.
 #[derive(Debug)]
 pub(crate) struct InterestTable {
     subjects: Mutex<HashMap<String, usize>>,

@@ -137,10 +137,27 @@ impl Forwarding {
     }
 
     /// Unsubscribes and waits (bounded) until the UNSUB is queued on the connection, so that a
-    /// flush after it confirms the server has it.
+    /// [`server_caught_up`] after it confirms the server has it.
     async fn stop(self) {
         let _ = self.stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(2), self.task).await;
+    }
+}
+
+/// Whether the server has processed everything `client` sent before this call (its SUBs and
+/// UNSUBs): a request to a fresh inbox, which nobody subscribes to, is answered "no
+/// responders" by the server itself, and a server reads one connection in order. A flush only
+/// writes the socket: the server may still be reading, under load, when a message from
+/// another node's connection reaches it (a removed queue subscription then still took a
+/// message, and `interest_synced` returned before a new subscription was in place).
+async fn server_caught_up(client: &Client) -> bool {
+    match client.request(client.new_inbox(), bytes::Bytes::new()).await {
+        Ok(_) => true,
+        Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "cluster: NATS did not answer after a subscription change");
+            false
+        }
     }
 }
 
@@ -153,7 +170,8 @@ pub(crate) struct Receiver {
     pub(crate) interest: Arc<InterestTable>,
     pub(crate) stats: Arc<ClusterStats>,
     pub(crate) capacity: usize,
-    /// The interest generation NATS has caught up with (flushed), for whoever must know that
+    /// The interest generation NATS has caught up with (its server answered after the last SUB
+    /// and UNSUB: [`server_caught_up`]), for whoever must know that
     /// a subscription made here now receives other nodes' messages.
     pub(crate) synced: watch::Sender<u64>,
 }
@@ -256,8 +274,7 @@ impl Receiver {
             active.insert(subject, Active { id, forwarding });
         }
         self.stats.subscriptions.store(active.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        if let Err(e) = self.client.flush().await {
-            tracing::warn!(error = %e, "cluster: NATS flush failed");
+        if !server_caught_up(&self.client).await {
             complete = false;
         }
         if complete {
@@ -316,7 +333,7 @@ impl Receiver {
 }
 
 /// The shared-subscription side: one NATS queue subscription per shared group and subject
-/// while the group has a member here, on a connection of its own (the main one sets
+/// while the group has an online member here, on a connection of its own (the main one sets
 /// `no_echo`, and a queue group must be able to pick this node for its own publishes). Each
 /// message goes to one member of the one group its queue subscription stands for.
 pub(crate) struct GroupReceiver {
@@ -368,7 +385,7 @@ impl GroupReceiver {
                     });
                     active.insert(key, forwarding);
                 }
-                complete &= self.client.flush().await.is_ok();
+                complete &= server_caught_up(&self.client).await;
                 if complete {
                     self.synced.send_replace(generation);
                 } else {

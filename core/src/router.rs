@@ -13,7 +13,7 @@
 //! each delivery is pushed into its session, which applies the receiver's ACL and queue limits.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::cluster::Interest;
@@ -41,6 +41,28 @@ struct SharedGroup {
     members: Vec<Subscriber>,
     /// Round-robin position; advanced under the shard's read lock, hence atomic.
     cursor: AtomicUsize,
+    /// Whether the cluster layer was told the group has an online member here (it holds the
+    /// group's queue subscription only then). Changed under the shard's write lock.
+    held: AtomicBool,
+}
+
+impl SharedGroup {
+    /// Tells `interest` when the group gains its first online member or loses its last one.
+    /// Called under the shard's write lock after every change of the members or of their
+    /// sessions' presence: each call reads the presence as it is now, so the last one after a
+    /// change leaves the cluster layer right.
+    fn update_held(&self, interest: Option<&Arc<dyn Interest>>, filter: &TopicFilter) {
+        let Some(interest) = interest else { return };
+        let online = self.members.iter().any(|m| m.session.is_online());
+        if self.held.swap(online, Ordering::AcqRel) == online {
+            return;
+        }
+        if online {
+            interest.group_added(&self.name, filter);
+        } else {
+            interest.group_removed(&self.name, filter);
+        }
+    }
 }
 
 /// Everything subscribed to one filter.
@@ -180,10 +202,8 @@ impl Router {
                             subscription: Arc::from(filter.as_str()),
                             members: Vec::new(),
                             cursor: AtomicUsize::new(0),
+                            held: AtomicBool::new(false),
                         });
-                        if let Some(interest) = self.interest.get() {
-                            interest.group_added(group, filter.filter());
-                        }
                         entry.groups.len() - 1
                     }
                 };
@@ -191,7 +211,7 @@ impl Router {
             }
         };
         let readable = session.readable_stamp(filter.filter());
-        if let Some(existing) = list.iter_mut().find(|s| s.session.id() == session.id()) {
+        let replaced = if let Some(existing) = list.iter_mut().find(|s| s.session.id() == session.id()) {
             existing.options = options;
             existing.session = session.clone();
             existing.readable = readable;
@@ -205,6 +225,29 @@ impl Router {
                 }
             }
             false
+        };
+        if let SubscriptionFilter::Shared { group, .. } = filter {
+            let entry = trie.entry(filter.filter());
+            if let Some(g) = entry.groups.iter().find(|g| g.name == *group) {
+                g.update_held(self.interest.get(), filter.filter());
+            }
+        }
+        replaced
+    }
+
+    /// `session` was attached to a connection or detached from one: each shared group it is a
+    /// member of here may have gained its first online member or lost its last, which decides
+    /// whether this node holds the group's NATS queue subscription (an offline member must
+    /// not take messages from the members online on other nodes).
+    pub fn presence_changed(&self, session: &Session) {
+        let Some(interest) = self.interest.get() else { return };
+        for (_, record) in session.subscriptions() {
+            let SubscriptionFilter::Shared { group, .. } = &record.filter else { continue };
+            let trie = write(self.shard_for_filter(record.filter.filter()));
+            let Some(entry) = trie.get(record.filter.filter()) else { continue };
+            if let Some(g) = entry.groups.iter().find(|g| g.name == *group) {
+                g.update_held(Some(interest), record.filter.filter());
+            }
         }
     }
 
@@ -218,11 +261,10 @@ impl Router {
                 SubscriptionFilter::Shared { group, .. } => {
                     if let Some(i) = entry.groups.iter().position(|g| g.name == *group) {
                         removed = remove_member(&mut entry.groups[i].members, session);
+                        // The group's last (online) member gone: its queue subscription too.
+                        entry.groups[i].update_held(self.interest.get(), filter.filter());
                         if entry.groups[i].members.is_empty() {
                             entry.groups.swap_remove(i);
-                            if let Some(interest) = self.interest.get() {
-                                interest.group_removed(group, filter.filter());
-                            }
                         }
                     }
                 }
@@ -254,7 +296,7 @@ impl Router {
                 if let Ok(filter) = TopicFilter::try_from(text) {
                     interest.filter_added(&filter);
                     for group in &entry.groups {
-                        interest.group_added(&group.name, &filter);
+                        group.update_held(Some(interest), &filter);
                     }
                 }
             });

@@ -132,6 +132,7 @@ impl Broker {
         }
         let generation = self.next_generation();
         opened.session.attach_client(generation, request.acl, request.expiry, request.client.map(Arc::new));
+        self.router.presence_changed(&opened.session);
         if cluster.is_some_and(|r| !r.still_owner(&request.key)) {
             opened.session.kick(Kick::TakenOver);
         }

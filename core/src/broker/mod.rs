@@ -296,6 +296,7 @@ impl Broker {
             }
             return;
         }
+        self.router.presence_changed(session);
         self.redispatch_shared(session);
         let expiry = session.expiry();
         if expiry != SessionExpiry::OnDisconnect {

@@ -53,11 +53,13 @@ pub trait Interest: Send + Sync + fmt::Debug {
     fn filter_added(&self, filter: &TopicFilter);
     /// The router no longer has any subscriber to `filter`.
     fn filter_removed(&self, filter: &TopicFilter);
-    /// The router now has a member of shared group `group` on `filter`, and had none.
+    /// The router now has an online member (one with a connection) of shared group `group`
+    /// on `filter`, and had none.
     fn group_added(&self, group: &str, filter: &TopicFilter) {
         let _ = (group, filter);
     }
-    /// The router's last member of shared group `group` on `filter` left.
+    /// The router's last online member of shared group `group` on `filter` went offline or
+    /// left.
     fn group_removed(&self, group: &str, filter: &TopicFilter) {
         let _ = (group, filter);
     }
