@@ -21,6 +21,7 @@
 //!
 //! # Layout
 //!
+//! - `bucket_entries`: listing a KV bucket's entries (for operators and tests).
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
 //! - `durable`: the stream of QoS 1/2 messages, stored before their acknowledgement.
 //! - `interest`: the subjects this node wants, counted per filter.
@@ -41,6 +42,7 @@
 //!   attached by the relay front end with [`Cluster::attach_relay`].
 //! - `stats`: the counters `/metrics` exposes.
 
+mod bucket_entries;
 mod config;
 mod content;
 mod durable;
@@ -62,7 +64,6 @@ use std::time::Duration;
 
 use async_nats::{ConnectOptions, Event};
 use bytes::Bytes;
-use futures_util::StreamExt;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
 pub use mesgd_core::cluster::registry::Record;
@@ -331,12 +332,7 @@ impl Cluster {
     /// connections with a will on every node, and those of dead nodes not yet sent. One pass
     /// over the bucket, for operators and tests.
     pub async fn kept_wills(&self) -> Result<Vec<String>, String> {
-        let mut keys = self.wills_kv.keys().await.map_err(|e| e.to_string())?;
-        let mut all = Vec::new();
-        while let Some(key) = keys.next().await {
-            all.push(key.map_err(|e| e.to_string())?);
-        }
-        Ok(all)
+        Ok(bucket_entries::live_entries(&self.wills_kv).await?.into_iter().map(|entry| entry.key).collect())
     }
 
     /// Keeps the builtin users and their ACLs of `directory` the same on every node (the
@@ -472,35 +468,10 @@ impl Cluster {
     /// Every record in the session registry, by client id: one read of the whole bucket, for
     /// operators and tests (it costs a pass over every key).
     pub async fn registry_records(&self) -> Result<BTreeMap<String, Record>, String> {
-        // The subjects of the bucket's stream, from its info (paged requests), not the KV key
-        // listing: that one is an ordered consumer which, after many deletes, sometimes never
-        // ends (about one listing in twenty of tests/cluster_registry.rs's 1,000 rounds). A
-        // subject whose last message is a delete marker is listed too; its read below finds
-        // no record. Still bounded in time.
-        let listing = async {
-            let prefix = &self.registry_kv.prefix;
-            let mut subjects = self
-                .registry_kv
-                .stream
-                .info_with_subjects(format!("{prefix}>"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut ids = Vec::new();
-            while let Some(subject) = subjects.next().await {
-                let (subject, _) = subject.map_err(|e| e.to_string())?;
-                let key = subject.strip_prefix(prefix.as_str()).unwrap_or(&subject);
-                ids.push(client_key::decode(key).map_err(|e| e.to_string())?);
-            }
-            Ok::<_, String>(ids)
-        };
-        let ids = tokio::time::timeout(Duration::from_secs(10), listing)
-            .await
-            .map_err(|_| "listing the registry's keys took longer than 10 s".to_owned())??;
         let mut records = BTreeMap::new();
-        for id in ids {
-            if let Some((record, _)) = self.registry_record(&id).await? {
-                records.insert(id, record);
-            }
+        for entry in bucket_entries::live_entries(&self.registry_kv).await? {
+            let id = client_key::decode(&entry.key).map_err(|e| e.to_string())?;
+            records.insert(id, Record::decode(&entry.value).map_err(|e| e.to_string())?);
         }
         Ok(records)
     }
