@@ -234,6 +234,9 @@ impl Server {
             if let Some(directory) = ctx.services.get::<mesgd_providers::builtin::UserDirectory>() {
                 cluster.replicate_users(directory).await?;
             }
+            if let Some(sessions) = ctx.services.get::<mesgd_providers::sessions::Sessions>() {
+                cluster.replicate_logins(sessions).await?;
+            }
         }
         if let Some(token) = metrics_token(&config)? {
             ctx.metrics.require_token(token);

@@ -71,6 +71,10 @@ pub struct ClusterConfig {
     /// Its replica count when this node creates it (1, or 3 on a three-server NATS cluster).
     #[serde(default = "default_replicas")]
     pub users_replicas: usize,
+    /// The JetStream stream that holds the login sessions' signing key and the ended
+    /// sessions (replicas: `users_replicas`).
+    #[serde(default = "default_logins_stream")]
+    pub logins_stream: String,
     /// The JetStream KV bucket of the session registry (which node owns each client id).
     #[serde(default = "default_registry_bucket")]
     pub registry_bucket: String,
@@ -158,6 +162,9 @@ fn default_nodes_bucket() -> String {
 fn default_users_stream() -> String {
     "MESGD_USERS".to_owned()
 }
+fn default_logins_stream() -> String {
+    "MESGD_LOGINS".to_owned()
+}
 fn default_registry_bucket() -> String {
     "mesgd_sessions".to_owned()
 }
@@ -204,6 +211,7 @@ impl fmt::Debug for ClusterConfig {
             .field("nodes_bucket", &self.nodes_bucket)
             .field("users_stream", &self.users_stream)
             .field("users_replicas", &self.users_replicas)
+            .field("logins_stream", &self.logins_stream)
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)
@@ -364,6 +372,7 @@ impl ClusterConfig {
         for (key, s) in [
             ("retained_stream", &self.retained_stream),
             ("users_stream", &self.users_stream),
+            ("logins_stream", &self.logins_stream),
             ("relay_queue_stream", &self.relay_queue_stream),
         ] {
             if s.is_empty() || s.bytes().any(|b| b.is_ascii_whitespace() || b"./*>".contains(&b)) {
@@ -374,12 +383,13 @@ impl ClusterConfig {
                 });
             }
         }
-        let streams = [&self.retained_stream, &self.users_stream, &self.relay_queue_stream];
+        let streams =
+            [&self.retained_stream, &self.users_stream, &self.logins_stream, &self.relay_queue_stream];
         if streams.iter().enumerate().any(|(i, a)| streams[..i].contains(a)) {
             return Err(ClusterConfigError::OutOfRange {
                 key: "users_stream",
                 value: self.users_stream.clone(),
-                why: "retained_stream, users_stream and relay_queue_stream must differ",
+                why: "retained_stream, users_stream, logins_stream and relay_queue_stream must differ",
             });
         }
         self.durable.validate()

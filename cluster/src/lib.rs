@@ -33,6 +33,7 @@
 //! - `sessions`: persistent sessions copied into a KV bucket through the journal
 //!   ([`SessionCopies`]), and resumed from there when their node died.
 //! - `users`: builtin users and their ACLs the same on every node, through a stream.
+//! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
 //! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
 //!   takes its lease over.
 //! - `wire`: message headers.
@@ -48,6 +49,7 @@ mod content;
 mod durable;
 mod interest;
 mod live;
+mod logins;
 mod lost;
 mod registry;
 mod relay;
@@ -112,6 +114,9 @@ pub enum StartError {
     /// The builtin users' stream cannot be created or followed.
     #[error("JetStream users stream: {0}")]
     Users(String),
+    /// The login sessions' stream cannot be created or followed, or holds an unusable key.
+    #[error("JetStream logins stream: {0}")]
+    Logins(String),
     /// The relay's address bucket or queue stream cannot be created or opened, or its subject
     /// not subscribed.
     #[error("JetStream relay state: {0}")]
@@ -345,6 +350,20 @@ impl Cluster {
         let stream = users::stream(&self.js, &self.config.users_stream, self.config.users_replicas).await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
         let task = users::start(self.js.clone(), &stream, directory, self.stats.clone(), wait).await?;
+        mesgd_core::sync::lock(&self.tasks).push(task);
+        Ok(())
+    }
+
+    /// Makes login sessions work on every node (the `logins` module describes how): adopts
+    /// the cluster's signing key, applies the sessions ended elsewhere (waiting at most
+    /// `retained_load_timeout_ms` for them), then follows the logouts of every node.
+    pub async fn replicate_logins(
+        &self,
+        sessions: Arc<mesgd_providers::sessions::Sessions>,
+    ) -> Result<(), StartError> {
+        let stream = logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas).await?;
+        let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
+        let task = logins::start(self.js.clone(), stream, sessions, self.stats.clone(), wait).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
     }

@@ -85,6 +85,21 @@ pub struct ClusterStats {
     pub users_invalid: AtomicU64,
     /// Users whose name is too long for a subject: kept on this node only.
     pub users_unreplicable: AtomicU64,
+    /// Times this node adopted the cluster's login-session key (0 or 1 per start).
+    pub logins_key_adopted: AtomicU64,
+    /// Logouts of this node stored in the logins stream.
+    pub logins_revocations_published: AtomicU64,
+    /// Logouts that could not be stored in the logins stream (retried).
+    pub logins_publish_errors: AtomicU64,
+    /// Logouts of other nodes applied here.
+    pub logins_revocations_applied: AtomicU64,
+    /// Logouts of other nodes that could not be applied here (the store failed, or the list
+    /// is full).
+    pub logins_apply_errors: AtomicU64,
+    /// Expired logouts purged from the stream by this node.
+    pub logins_revocations_pruned: AtomicU64,
+    /// Unusable messages in the logins stream (ignored).
+    pub logins_invalid: AtomicU64,
     /// Client ids this node claimed in the session registry.
     pub registry_claims: AtomicU64,
     /// Compare-and-swap conflicts while claiming (another node wrote the record meanwhile).
@@ -329,6 +344,43 @@ impl ClusterStats {
                 Counter,
                 get(&self.users_unreplicable),
             ),
+            (
+                "logins_key_adopted",
+                "Times this node adopted the cluster's login-session key",
+                Counter,
+                get(&self.logins_key_adopted),
+            ),
+            (
+                "logins_revocations_published",
+                "Logouts of this node stored in the logins stream",
+                Counter,
+                get(&self.logins_revocations_published),
+            ),
+            (
+                "logins_publish_errors",
+                "Logouts that could not be stored in the logins stream (retried)",
+                Counter,
+                get(&self.logins_publish_errors),
+            ),
+            (
+                "logins_revocations_applied",
+                "Logouts of other nodes applied here",
+                Counter,
+                get(&self.logins_revocations_applied),
+            ),
+            (
+                "logins_apply_errors",
+                "Logouts of other nodes that could not be applied here",
+                Counter,
+                get(&self.logins_apply_errors),
+            ),
+            (
+                "logins_revocations_pruned",
+                "Expired logouts purged from the logins stream",
+                Counter,
+                get(&self.logins_revocations_pruned),
+            ),
+            ("logins_invalid", "Unusable messages in the logins stream", Counter, get(&self.logins_invalid)),
             (
                 "registry_claims",
                 "Client ids claimed in the session registry",

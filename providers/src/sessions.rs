@@ -16,10 +16,15 @@
 //! `revoked_sessions` table, so a restart does not bring a logged-out session back. It is
 //! bounded: [`MAX_REVOKED`] entries, expired ones pruned at each logout; a logout that finds
 //! it full of live entries is refused rather than an entry dropped.
+//!
+//! On a node of a cluster, the key and the list are the cluster's (`mesgd-cluster`'s `logins`):
+//! the node adopts the key the cluster holds ([`Sessions::adopt_key`]), applies the sessions
+//! ended on other nodes ([`Sessions::apply_revocation`]), and is told of its own logouts
+//! ([`Sessions::on_revoke`]) to send them out.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -86,13 +91,36 @@ pub enum SessionError {
     Sign(String),
 }
 
+/// The length of the HS256 key, in bytes.
+pub const KEY_LEN: usize = 32;
+
+/// What is called with `(jti, exp)` after each logout on this node.
+pub type RevocationHook = Box<dyn Fn(&str, u64) + Send + Sync>;
+
 /// The login-session key and revocation list of one broker (a provider service).
 pub struct Sessions {
     directory: Arc<UserDirectory>,
-    encoding: EncodingKey,
-    decoding: DecodingKey,
+    key: RwLock<Arc<SessionKey>>,
     validation: Validation,
     revoked: Mutex<HashMap<String, u64>>,
+    on_revoke: OnceLock<RevocationHook>,
+}
+
+/// The HS256 key, and the forms jsonwebtoken uses.
+struct SessionKey {
+    secret: [u8; KEY_LEN],
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl SessionKey {
+    fn new(secret: [u8; KEY_LEN]) -> SessionKey {
+        SessionKey {
+            encoding: EncodingKey::from_secret(&secret),
+            decoding: DecodingKey::from_secret(&secret),
+            secret,
+        }
+    }
 }
 
 impl fmt::Debug for Sessions {
@@ -112,8 +140,8 @@ impl Sessions {
     pub fn open(directory: Arc<UserDirectory>, now: SystemTime) -> Result<Sessions, StoreError> {
         let store = directory.store();
         let hex = store.setting_or_insert(KEY_SETTING, || {
-            let key: [u8; 32] = rand::random();
-            key.iter().map(|b| format!("{b:02x}")).collect()
+            let key: [u8; KEY_LEN] = rand::random();
+            encode_hex(&key)
         })?;
         let key = decode_hex(&hex).ok_or_else(|| StoreError::Corrupt {
             path: store.path().to_path_buf(),
@@ -128,12 +156,61 @@ impl Sessions {
         validation.leeway = 0;
         validation.required_spec_claims.clear();
         Ok(Sessions {
-            encoding: EncodingKey::from_secret(&key),
-            decoding: DecodingKey::from_secret(&key),
+            key: RwLock::new(Arc::new(SessionKey::new(key))),
             directory,
             validation,
             revoked: Mutex::new(revoked),
+            on_revoke: OnceLock::new(),
         })
+    }
+
+    fn key(&self) -> Arc<SessionKey> {
+        self.key.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The HS256 key, to share it with the other nodes of a cluster. A secret: never log it.
+    pub fn shared_key(&self) -> [u8; KEY_LEN] {
+        self.key().secret
+    }
+
+    /// Makes `secret` this broker's key (the cluster's, on a node that joins one): stored, so
+    /// that a restart keeps it, then used for every session issued and verified from now on.
+    /// Sessions signed with the key before no longer verify. Blocks on the store.
+    pub fn adopt_key(&self, secret: [u8; KEY_LEN]) -> Result<(), StoreError> {
+        if self.key().secret == secret {
+            return Ok(());
+        }
+        self.directory.store().set_setting(KEY_SETTING, &encode_hex(&secret))?;
+        *self.key.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Arc::new(SessionKey::new(secret));
+        Ok(())
+    }
+
+    /// Calls `hook` with `(jti, exp)` after each logout on this broker (once; later hooks are
+    /// ignored). The cluster sends them to the other nodes.
+    pub fn on_revoke(&self, hook: RevocationHook) {
+        let _ = self.on_revoke.set(hook);
+    }
+
+    /// Records a session ended elsewhere (another node of the cluster): refused by
+    /// [`Sessions::verify`] from now until `exp`, and kept in the store. Whether it was new
+    /// here; an expired one is not kept. Bounded as [`Sessions::revoke`] is. Blocks on the store.
+    pub fn apply_revocation(&self, jti: &str, exp: u64, now: SystemTime) -> Result<bool, SessionError> {
+        let now = unix_seconds(now);
+        if exp <= now {
+            return Ok(false);
+        }
+        if !remember(&mut lock(&self.revoked), jti, exp, now)? {
+            return Ok(false);
+        }
+        self.directory.store().revoke_session(jti, exp)?;
+        Ok(true)
+    }
+
+    /// The ended sessions not yet expired at `now`: `(jti, exp)`.
+    pub fn revocations(&self, now: SystemTime) -> Vec<(String, u64)> {
+        let now = unix_seconds(now);
+        lock(&self.revoked).iter().filter(|(_, exp)| **exp > now).map(|(j, e)| (j.clone(), *e)).collect()
     }
 
     /// The user directory the sessions' accounts are read from.
@@ -156,7 +233,7 @@ impl Sessions {
             exp: iat.saturating_add(ttl.as_secs().max(1)),
             jti: URL_SAFE_NO_PAD.encode(id),
         };
-        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.key().encoding)
             .map_err(|e| SessionError::Sign(e.to_string()))?;
         Ok((token, claims))
     }
@@ -164,7 +241,7 @@ impl Sessions {
     /// Verifies `token` at `now` (see the module doc). The account's standing is the
     /// caller's to check: it changes, the token does not.
     pub fn verify(&self, token: &str, now: SystemTime) -> Result<SessionClaims, SessionError> {
-        let claims = parse(token, &self.decoding, &self.validation)?;
+        let claims = parse(token, &self.key().decoding, &self.validation)?;
         let now = unix_seconds(now);
         if claims.exp <= now {
             return Err(SessionError::Expired { exp: claims.exp, now });
@@ -179,17 +256,13 @@ impl Sessions {
     /// `exp`. Blocks on the store.
     pub fn revoke(&self, claims: &SessionClaims, now: SystemTime) -> Result<(), SessionError> {
         let now = unix_seconds(now);
-        {
-            let mut revoked = lock(&self.revoked);
-            revoked.retain(|_, exp| *exp > now);
-            if revoked.len() >= MAX_REVOKED && !revoked.contains_key(&claims.jti) {
-                return Err(SessionError::RevocationListFull);
-            }
-            revoked.insert(claims.jti.clone(), claims.exp);
-        }
+        remember(&mut lock(&self.revoked), &claims.jti, claims.exp, now)?;
         let store = self.directory.store();
         store.revoke_session(&claims.jti, claims.exp)?;
         store.prune_revoked_sessions(now)?;
+        if let Some(hook) = self.on_revoke.get() {
+            hook(&claims.jti, claims.exp);
+        }
         Ok(())
     }
 
@@ -197,6 +270,20 @@ impl Sessions {
     pub fn revoked_count(&self) -> usize {
         lock(&self.revoked).len()
     }
+}
+
+/// Adds `jti` (until `exp`) to `revoked`, first forgetting what expired by `now`; whether it
+/// was not there yet. Refused when the list is full of unexpired entries.
+fn remember(revoked: &mut HashMap<String, u64>, jti: &str, exp: u64, now: u64) -> Result<bool, SessionError> {
+    revoked.retain(|_, exp| *exp > now);
+    if revoked.contains_key(jti) {
+        return Ok(false);
+    }
+    if revoked.len() >= MAX_REVOKED {
+        return Err(SessionError::RevocationListFull);
+    }
+    revoked.insert(jti.to_owned(), exp);
+    Ok(true)
 }
 
 /// Whether `token` has the shape of a JWT (three dot-separated parts), the only format a
@@ -222,12 +309,18 @@ fn parse(token: &str, key: &DecodingKey, validation: &Validation) -> Result<Sess
     Ok(claims)
 }
 
-fn decode_hex(text: &str) -> Option<[u8; 32]> {
+/// `key` as 64 lowercase hexadecimal digits (the form the store and the cluster keep).
+pub fn encode_hex(key: &[u8; KEY_LEN]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key written as [`encode_hex`] writes it.
+pub fn decode_hex(text: &str) -> Option<[u8; KEY_LEN]> {
     let bytes = text.as_bytes();
     if bytes.len() != 64 {
         return None;
     }
-    let mut key = [0u8; 32];
+    let mut key = [0u8; KEY_LEN];
     for (i, pair) in bytes.chunks(2).enumerate() {
         let s = std::str::from_utf8(pair).ok()?;
         key[i] = u8::from_str_radix(s, 16).ok()?;

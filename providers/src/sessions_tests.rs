@@ -98,3 +98,54 @@ fn the_fuzz_body_takes_any_bytes_and_the_seed_corpus() {
     }
     assert!(count >= 5, "only {count} seeds in {}", dir.display());
 }
+
+#[test]
+fn an_adopted_key_verifies_the_other_brokers_sessions_and_is_kept() {
+    let (_dir_a, a) = sessions();
+    let (dir_b, b) = sessions();
+    let now = SystemTime::now();
+    let (from_a, claims) = a.issue("alice", now, DEFAULT_TTL).unwrap();
+    let (from_b_before, _) = b.issue("alice", now, DEFAULT_TTL).unwrap();
+    assert!(matches!(b.verify(&from_a, now), Err(SessionError::Invalid(_))), "another key");
+    b.adopt_key(a.shared_key()).unwrap();
+    assert_eq!(b.verify(&from_a, now).unwrap(), claims);
+    assert!(
+        matches!(b.verify(&from_b_before, now), Err(SessionError::Invalid(_))),
+        "signed with the old key"
+    );
+    let (from_b, _) = b.issue("bob", now, DEFAULT_TTL).unwrap();
+    assert!(a.verify(&from_b, now).is_ok(), "b now signs with a's key");
+    drop(b);
+    let directory = Arc::new(UserDirectory::open(&crate::builtin::config_db_path(dir_b.path())).unwrap());
+    let reopened = Sessions::open(directory, now).unwrap();
+    assert!(reopened.verify(&from_a, now).is_ok(), "the adopted key is stored");
+}
+
+#[test]
+fn revocations_from_elsewhere_are_applied_kept_and_not_reported_back() {
+    let (dir, s) = sessions();
+    let reported = Arc::new(Mutex::new(Vec::new()));
+    let seen = reported.clone();
+    s.on_revoke(Box::new(move |jti, exp| lock(&seen).push((jti.to_owned(), exp))));
+    let now = SystemTime::now();
+    let (token, claims) = s.issue("alice", now, DEFAULT_TTL).unwrap();
+    assert!(s.apply_revocation(&claims.jti, claims.exp, now).unwrap(), "new here");
+    assert!(!s.apply_revocation(&claims.jti, claims.exp, now).unwrap(), "applied once");
+    assert!(!s.apply_revocation("gone", unix_seconds(now), now).unwrap(), "an expired one is not kept");
+    assert!(matches!(s.verify(&token, now), Err(SessionError::Revoked)));
+    assert!(lock(&reported).is_empty(), "what came from elsewhere is not sent out again");
+    assert_eq!(s.revocations(now), vec![(claims.jti.clone(), claims.exp)]);
+
+    let (other, other_claims) = s.issue("alice", now, DEFAULT_TTL).unwrap();
+    s.revoke(&other_claims, now).unwrap();
+    assert!(matches!(s.verify(&other, now), Err(SessionError::Revoked)));
+    assert_eq!(
+        *lock(&reported),
+        vec![(other_claims.jti.clone(), other_claims.exp)],
+        "a logout here is reported"
+    );
+    drop(s);
+    let directory = Arc::new(UserDirectory::open(&crate::builtin::config_db_path(dir.path())).unwrap());
+    let again = Sessions::open(directory, now).unwrap();
+    assert!(matches!(again.verify(&token, now), Err(SessionError::Revoked)), "kept in the store");
+}

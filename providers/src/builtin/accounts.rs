@@ -335,6 +335,17 @@ impl Store {
             .map_err(|e| self.db(e))
     }
 
+    /// Sets setting `key` to `value`, replacing what it held.
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
+                params![key, value],
+            )
+        })
+        .map(drop)
+    }
+
     /// The value of setting `key`; if it is not set, `make()` is stored and returned. Two
     /// processes racing get the same value (the first insert wins).
     pub fn setting_or_insert(&self, key: &str, make: impl FnOnce() -> String) -> Result<String, StoreError> {

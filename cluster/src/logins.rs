@@ -1,0 +1,305 @@
+//! Login sessions on every node: the HS256 key that signs them and the list of sessions ended
+//! by logout, in one JetStream stream (`mesgd.logins.>`, one message per subject).
+//!
+//! A login session (`mesgd_providers::sessions`) is signed with a key each broker makes on
+//! first use and keeps in its builtin store, and a logout is remembered in that store. Behind a
+//! load balancer a session issued by one node must verify on every other, and a logout on one
+//! must end the session on all of them, so:
+//!
+//! - **the key**: the subject `mesgd.logins.key` holds the cluster's key (hex). A node that
+//!   joins reads it and adopts it (stored in its own store, so a restart without NATS keeps
+//!   it); if there is none, it stores its own with `Nats-Expected-Last-Subject-Sequence: 0`, a
+//!   compare-and-swap, so two nodes starting at once agree on one key. Sessions a node signed
+//!   with its own key before it adopted the cluster's no longer verify.
+//! - **logouts**: `mesgd.logins.revoked.<jti>` holds the expiry (unix seconds) of each ended
+//!   session. One ordered consumer per node (not per session or client) follows them and
+//!   applies each to the node's list; the node's own logouts are published from its list
+//!   (told at once by [`Sessions::on_revoke`], and compared again every few seconds, which
+//!   retries what failed). Once expired, an entry can never matter again: each node purges the
+//!   expired ones it knows of, a bounded number per pass. The stream holds at most
+//!   [`MAX_REVOKED`] of them (plus the key) and refuses more (`discard new`), never dropping
+//!   the key or an unexpired logout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::jetstream::{self, Context, consumer, stream};
+use futures_util::StreamExt;
+use mesgd_providers::sessions::{self, MAX_REVOKED, Sessions};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::StartError;
+use crate::stats::ClusterStats;
+
+/// The subjects' prefix.
+const PREFIX: &str = "mesgd.logins";
+/// The subject of the cluster's key.
+const KEY_SUBJECT: &str = "mesgd.logins.key";
+/// The prefix of an ended session's subject: `mesgd.logins.revoked.<jti>`.
+const REVOKED_PREFIX: &str = "mesgd.logins.revoked.";
+
+/// How often this node's list is compared with the stream regardless of logouts.
+const RECONCILE: Duration = Duration::from_secs(5);
+/// How often expired entries are purged, and how many at most each time.
+const PRUNE: Duration = Duration::from_secs(60);
+const PRUNE_BATCH: usize = 1_000;
+/// How long one publish or purge may wait for the stream's answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The stream of logins, created if it does not exist.
+pub(crate) async fn stream(js: &Context, name: &str, replicas: usize) -> Result<stream::Stream, StartError> {
+    let config = stream::Config {
+        name: name.to_owned(),
+        subjects: vec![format!("{PREFIX}.>")],
+        max_messages_per_subject: 1,
+        // Every unexpired logout, and the key.
+        max_messages: MAX_REVOKED as i64 + 1,
+        discard: stream::DiscardPolicy::New,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        description: Some("mesgd login sessions: the signing key and the ended sessions".to_owned()),
+        ..Default::default()
+    };
+    js.get_or_create_stream(config).await.map_err(|e| StartError::Logins(e.to_string()))
+}
+
+/// Makes this node use the cluster's key, applies the ended sessions the stream holds (waiting
+/// at most `load_timeout` for them), publishes those only this node knows, and then keeps both
+/// in step until the node stops.
+pub(crate) async fn start(
+    js: Context,
+    stream: stream::Stream,
+    sessions: Arc<Sessions>,
+    stats: Arc<ClusterStats>,
+    load_timeout: Duration,
+) -> Result<JoinHandle<()>, StartError> {
+    agree_on_key(&js, &stream, &sessions, &stats).await?;
+    let config = consumer::pull::OrderedConfig {
+        filter_subject: format!("{REVOKED_PREFIX}>"),
+        deliver_policy: consumer::DeliverPolicy::All,
+        description: Some("mesgd node: ended login sessions".to_owned()),
+        ..Default::default()
+    };
+    let error = |e: &dyn std::fmt::Display| StartError::Logins(e.to_string());
+    let mut consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
+    let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
+    let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
+    let changed = Arc::new(Notify::new());
+    let told = changed.clone();
+    sessions.on_revoke(Box::new(move |_, _| told.notify_one()));
+    let mut logins = Logins { js, stream, sessions, stats, known: HashMap::new() };
+    let loaded = tokio::time::timeout(load_timeout, async {
+        while pending > 0 {
+            let Some(Ok(m)) = messages.next().await else { break };
+            pending = m.info().map(|i| i.pending).unwrap_or(0);
+            logins.received(&m).await;
+        }
+    })
+    .await;
+    if loaded.is_err() {
+        tracing::warn!(
+            "cluster: the ended login sessions in the stream were not all loaded in time; the rest arrive later"
+        );
+    }
+    logins.publish_local().await;
+    Ok(tokio::spawn(logins.run(messages, changed)))
+}
+
+/// Reads the cluster's key and adopts it, or stores this node's own when there is none.
+async fn agree_on_key(
+    js: &Context,
+    stream: &stream::Stream,
+    sessions: &Arc<Sessions>,
+    stats: &ClusterStats,
+) -> Result<(), StartError> {
+    let error = |why: String| StartError::Logins(why);
+    // Twice at most: a node that loses the race to store its key reads the winner's.
+    for _ in 0..2 {
+        match stream.get_last_raw_message_by_subject(KEY_SUBJECT).await {
+            Ok(message) => {
+                let key = std::str::from_utf8(&message.payload)
+                    .ok()
+                    .and_then(sessions::decode_hex)
+                    .ok_or_else(|| {
+                        error(format!(
+                            "the login key on {KEY_SUBJECT} is not 64 hexadecimal digits; purge that subject \
+                         so that a node stores its key again (every login session then ends)"
+                        ))
+                    })?;
+                if key != sessions.shared_key() {
+                    let sessions = sessions.clone();
+                    tokio::task::spawn_blocking(move || sessions.adopt_key(key))
+                        .await
+                        .map_err(|e| error(e.to_string()))?
+                        .map_err(|e| error(format!("cannot store the cluster's login key: {e}")))?;
+                    ClusterStats::add(&stats.logins_key_adopted, 1);
+                    tracing::info!("cluster: login sessions are signed with the cluster's key from now on");
+                }
+                return Ok(());
+            }
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
+                let mut headers = HeaderMap::new();
+                headers.insert("Nats-Expected-Last-Subject-Sequence", "0");
+                let hex = sessions::encode_hex(&sessions.shared_key());
+                let stored = async {
+                    let ack = js
+                        .publish_with_headers(KEY_SUBJECT, headers, hex.into_bytes().into())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    ack.await.map_err(|e| e.to_string())
+                };
+                match tokio::time::timeout(REQUEST_TIMEOUT, stored).await {
+                    Ok(Ok(_)) => return Ok(()),
+                    // Another node stored its key first: read it.
+                    Ok(Err(e)) if e.contains("wrong last sequence") => continue,
+                    Ok(Err(e)) => return Err(error(format!("cannot store the login key: {e}"))),
+                    Err(_) => return Err(error("storing the login key timed out".to_owned())),
+                }
+            }
+            Err(e) => return Err(error(format!("cannot read the login key: {e}"))),
+        }
+    }
+    Err(error("the login key changed while this node was reading it".to_owned()))
+}
+
+/// The jti of an ended session's subject, if it is one a session could carry.
+fn jti_of(subject: &str) -> Option<&str> {
+    let jti = subject.strip_prefix(REVOKED_PREFIX)?;
+    let valid = !jti.is_empty()
+        && jti.len() <= 64
+        && jti.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+    valid.then_some(jti)
+}
+
+struct Logins {
+    js: Context,
+    stream: stream::Stream,
+    sessions: Arc<Sessions>,
+    stats: Arc<ClusterStats>,
+    /// The ended sessions the stream holds, as far as this node knows: jti → exp.
+    known: HashMap<String, u64>,
+}
+
+impl Logins {
+    async fn run(mut self, mut messages: consumer::pull::Ordered, changed: Arc<Notify>) {
+        let mut reconcile = tokio::time::interval(RECONCILE);
+        reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut prune = tokio::time::interval(PRUNE);
+        prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                next = messages.next() => match next {
+                    Some(Ok(m)) => self.received(&m).await,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "cluster: login sessions stream consumer");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    None => return,
+                },
+                () = changed.notified() => self.publish_local().await,
+                _ = reconcile.tick() => self.publish_local().await,
+                _ = prune.tick() => self.prune().await,
+            }
+        }
+    }
+
+    /// An ended session from the stream: remembered, and applied to this node's list.
+    async fn received(&mut self, m: &jetstream::Message) {
+        let exp = std::str::from_utf8(&m.payload).ok().and_then(|text| text.parse::<u64>().ok());
+        let (Some(jti), Some(exp)) = (jti_of(m.subject.as_str()), exp) else {
+            ClusterStats::add(&self.stats.logins_invalid, 1);
+            return;
+        };
+        self.known.insert(jti.to_owned(), exp);
+        let sessions = self.sessions.clone();
+        let id = jti.to_owned();
+        match tokio::task::spawn_blocking(move || sessions.apply_revocation(&id, exp, SystemTime::now()))
+            .await
+        {
+            Ok(Ok(true)) => ClusterStats::add(&self.stats.logins_revocations_applied, 1),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                ClusterStats::add(&self.stats.logins_apply_errors, 1);
+                tracing::warn!(error = %e, "cluster: cannot apply a logout from another node");
+            }
+            Err(e) => tracing::warn!(error = %e, "cluster: applying a logout from another node failed"),
+        }
+    }
+
+    /// Publishes the ended sessions of this node's list that the stream does not hold.
+    async fn publish_local(&mut self) {
+        let mine = self.sessions.revocations(SystemTime::now());
+        for (jti, exp) in mine {
+            if self.known.contains_key(&jti) || jti_of(&format!("{REVOKED_PREFIX}{jti}")).is_none() {
+                continue;
+            }
+            let stored = async {
+                let subject = format!("{REVOKED_PREFIX}{jti}");
+                let ack =
+                    self.js.publish(subject, exp.to_string().into()).await.map_err(|e| e.to_string())?;
+                ack.await.map_err(|e| e.to_string())
+            };
+            match tokio::time::timeout(REQUEST_TIMEOUT, stored).await {
+                Ok(Ok(_)) => {
+                    ClusterStats::add(&self.stats.logins_revocations_published, 1);
+                    self.known.insert(jti, exp);
+                }
+                failed => {
+                    ClusterStats::add(&self.stats.logins_publish_errors, 1);
+                    let why = match failed {
+                        Ok(Err(e)) => e,
+                        _ => "timed out".to_owned(),
+                    };
+                    tracing::warn!(error = %why, "cluster: a logout was not stored in the cluster; retried in {} s", RECONCILE.as_secs());
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Purges a bounded number of the expired entries this node knows of.
+    async fn prune(&mut self) {
+        let now = sessions::unix_seconds(SystemTime::now());
+        let expired: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(_, exp)| **exp <= now)
+            .map(|(jti, _)| jti.clone())
+            .take(PRUNE_BATCH)
+            .collect();
+        for jti in expired {
+            let purge = self.stream.purge().filter(format!("{REVOKED_PREFIX}{jti}"));
+            match tokio::time::timeout(REQUEST_TIMEOUT, purge).await {
+                Ok(Ok(_)) => {
+                    ClusterStats::add(&self.stats.logins_revocations_pruned, 1);
+                    self.known.remove(&jti);
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_subject_a_session_id_could_have_is_an_ended_session() {
+        assert_eq!(jti_of("mesgd.logins.revoked.AbC-_09"), Some("AbC-_09"));
+        for bad in [
+            "mesgd.logins.revoked.",
+            "mesgd.logins.revoked.a.b",
+            "mesgd.logins.revoked.a*",
+            "mesgd.logins.key",
+            "mesgd.logins.revokedx",
+        ] {
+            assert_eq!(jti_of(bad), None, "{bad}");
+        }
+        assert_eq!(jti_of(&format!("{REVOKED_PREFIX}{}", "a".repeat(65))), None);
+    }
+}
