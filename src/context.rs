@@ -29,6 +29,8 @@ pub struct ServerContext {
     pub(crate) mqtt: mqtt::Settings,
     /// Idle connections without a task of their own.
     pub(crate) parking: crate::park::ParkingLot,
+    /// Provider names, one `Arc` each for all the clients they admit.
+    pub(crate) provider_names: crate::interned::Names,
     /// What `/metrics` exposes; front ends register their own metrics here.
     pub metrics: crate::metrics::Metrics,
     /// The REST API's sessions and login guard.
@@ -90,6 +92,7 @@ impl ServerContext {
             services,
             mqtt: mqtt::Settings::from_config(config),
             parking: crate::park::ParkingLot::default(),
+            provider_names: Default::default(),
             metrics: crate::metrics::Metrics::new(),
             api: crate::http::api::ApiState::new(&config.http),
             content,

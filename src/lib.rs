@@ -35,6 +35,7 @@ pub mod config;
 pub mod content;
 pub mod context;
 mod http;
+mod interned;
 mod lean_read;
 pub mod limits;
 mod linger;

@@ -32,9 +32,9 @@ pub(crate) const LOT_SIZE: usize = 64;
 /// A connection that waits in a lot.
 pub(crate) trait Parked: Send {
     /// Polls the connection once with the lot's waker, which it registers with everything
-    /// that can wake it. Returns whether it is still idle; `false` when the poll found work
-    /// (or the end): the lot then resumes it at once.
-    fn poll_idle(&mut self, cx: &mut Context<'_>) -> bool;
+    /// that can wake it. Returns it if it is still idle; when the poll found work (or the end),
+    /// it has resumed itself.
+    fn poll_idle(self: Box<Self>, cx: &mut Context<'_>) -> Option<Box<dyn Parked>>;
 
     /// When the lot must resume it even if nothing wakes it (keep-alive, credential expiry).
     fn deadline(&self) -> Option<Instant>;
@@ -81,14 +81,16 @@ struct Inbox {
     arriving: Vec<Box<dyn Parked>>,
     /// Slots whose waker fired: (index, generation). Each waker pushes once, so this holds at
     /// most one entry per parked connection.
-    woken: Vec<(usize, u64)>,
+    woken: Vec<(u32, u32)>,
 }
 
-/// The waker of one parked connection: it names its slot.
+/// The waker of one parked connection: it names its slot. One is allocated per park, so it is
+/// kept to 40 bytes with its reference counts (a lot has [`LOT_SIZE`] slots; a generation
+/// repeats only after 2^32 parks in one slot, and then only a wake that old would be misread).
 struct SlotWaker {
     lot: Weak<Lot>,
-    index: usize,
-    generation: u64,
+    index: u32,
+    generation: u32,
     fired: AtomicBool,
 }
 
@@ -115,7 +117,7 @@ struct Slot {
     deadline: Option<Instant>,
     /// Raised each time the slot takes a connection, so that a late wake of an earlier one is
     /// ignored.
-    generation: u64,
+    generation: u32,
 }
 
 impl ParkingLot {
@@ -165,6 +167,7 @@ async fn run(lot: Arc<Lot>, shared: Arc<Shared>) {
         };
         let mut resumed = 0;
         for (index, generation) in woken {
+            let index = index as usize;
             let slot = &mut slots[index];
             if slot.generation == generation
                 && let Some(connection) = slot.connection.take()
@@ -174,26 +177,29 @@ async fn run(lot: Arc<Lot>, shared: Arc<Shared>) {
                 resumed += 1;
             }
         }
-        for mut connection in arriving {
+        for connection in arriving {
             let index = free.pop().unwrap_or_else(|| {
                 slots.push(Slot::default());
                 slots.len() - 1
             });
             let slot = &mut slots[index];
-            slot.generation += 1;
+            slot.generation = slot.generation.wrapping_add(1);
             let waker = Waker::from(Arc::new(SlotWaker {
                 lot: Arc::downgrade(&lot),
-                index,
+                // A lot has at most LOT_SIZE slots.
+                index: index as u32,
                 generation: slot.generation,
                 fired: AtomicBool::new(false),
             }));
-            if connection.poll_idle(&mut Context::from_waker(&waker)) {
-                slot.deadline = connection.deadline();
-                slot.connection = Some(connection);
-            } else {
-                free.push(index);
-                connection.resume();
-                resumed += 1;
+            match connection.poll_idle(&mut Context::from_waker(&waker)) {
+                Some(connection) => {
+                    slot.deadline = connection.deadline();
+                    slot.connection = Some(connection);
+                }
+                None => {
+                    free.push(index);
+                    resumed += 1;
+                }
             }
         }
         let now = crate::clock::now();

@@ -256,6 +256,9 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
     let granted = requested.min(settings.max_session_expiry);
     let expiry = SessionExpiry::from_interval(granted);
 
+    // One `Arc` of the username for the connection and for operators; the provider's name is
+    // shared by every client it admitted.
+    let username: Option<Arc<str>> = identity.username.as_deref().map(Arc::from);
     // Take over an existing connection of the same client id, then open or resume the session.
     let admission = Admission {
         key: SessionKey::mqtt(client_id.clone()),
@@ -267,11 +270,11 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
             ClientInfo::new(
                 protocol_of(version),
                 listener.clone(),
-                Arc::from(identity.provider.as_str()),
+                ctx.provider_names.get(&identity.provider),
                 SystemTime::now(),
             )
             .with_peer(Some(peer))
-            .with_username(identity.username.as_deref().map(Arc::from))
+            .with_username(username.clone())
             .with_tls_common_name(tls_common_name),
         ),
     };
@@ -328,6 +331,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
             session: admitted.session,
             generation: admitted.generation,
             client_id,
+            username,
             identity,
             acl,
             identity_expires,

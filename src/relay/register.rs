@@ -76,7 +76,7 @@ pub(crate) async fn admit(
     let client = ClientInfo::new(
         Protocol::Relay,
         info.listener.clone(),
-        Arc::from(identity.provider.as_str()),
+        ctx.provider_names.get(&identity.provider),
         SystemTime::now(),
     )
     .with_peer(peer)

@@ -51,8 +51,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             return true;
         }
         let next_is_publish = self.inbuf.first().is_some_and(|b| b >> 4 == PacketType::Publish as u8);
-        let budget = self.ctx.broker.budget();
-        if !next_is_publish || !budget.under_pressure() || self.session.has_pending() {
+        let budget = self.core.ctx.broker.budget();
+        if !next_is_publish || !budget.under_pressure() || self.core.session.has_pending() {
             return false;
         }
         let paused = Paused::new(budget);
@@ -61,7 +61,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             return false;
         }
         self.paused = Some(Box::new(paused));
-        if let Some(more) = self.ctx.limits.logs.queue_budget.tripped(self.now) {
+        if let Some(more) = self.core.ctx.limits.logs.queue_budget.tripped(self.now) {
             let limits = budget.limits();
             tracing::warn!(
                 queued_bytes = budget.used(),
@@ -80,8 +80,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Logs, once per interval, that a message this connection published was dropped by the
     /// budget's hard cap for some receivers.
     pub(super) fn log_budget_drop(&self) {
-        let budget = self.ctx.broker.budget();
-        if let Some(more) = self.ctx.limits.logs.queue_budget_drops.tripped(self.now) {
+        let budget = self.core.ctx.broker.budget();
+        if let Some(more) = self.core.ctx.limits.logs.queue_budget_drops.tripped(self.now) {
             tracing::warn!(
                 queued_bytes = budget.used(),
                 max_queued_bytes_total = budget.limits().max_bytes,
@@ -98,10 +98,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) fn poll_resume(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(paused) = self.paused.as_mut() else { return true };
         loop {
-            if !paused.budget.under_pressure() || self.session.has_pending() {
+            if !paused.budget.under_pressure() || self.core.session.has_pending() {
                 self.paused = None;
                 // The client was stopped by the broker, not silent: its keep-alive counts from now.
-                self.last_received = self.now;
+                self.core.last_received = self.now;
                 return true;
             }
             if paused.resumed.as_mut().poll(cx).is_pending() {

@@ -26,12 +26,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             if self.publish_must_wait() {
                 return Ok(());
             }
-            let packet =
-                match mqtt::decode(&mut self.inbuf, Some(self.version), self.ctx.mqtt.max_packet_size) {
-                    Ok(Some(p)) => p,
-                    Ok(None) => return Ok(()),
-                    Err(e) => return Err(End::protocol(e.reason_code(), e.to_string())),
-                };
+            let packet = match mqtt::decode(
+                &mut self.inbuf,
+                Some(self.core.version),
+                self.core.ctx.mqtt.max_packet_size,
+            ) {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(End::protocol(e.reason_code(), e.to_string())),
+            };
             self.handle_packet(packet)?;
         }
     }
@@ -40,13 +43,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         match packet {
             Packet::Publish(p) => self.on_publish(p),
             Packet::PubAck(a) => {
-                if !self.session.puback(a.packet_id) {
+                if !self.core.session.puback(a.packet_id) {
                     tracing::debug!(packet_id = a.packet_id, "PUBACK for an unknown packet id");
                 }
                 Ok(())
             }
             Packet::PubRec(a) => {
-                let reason = match self.session.pubrec(a.packet_id, a.reason_code.is_error()) {
+                let reason = match self.core.session.pubrec(a.packet_id, a.reason_code.is_error()) {
                     PubRecOutcome::SendPubRel { durable_seq } => {
                         self.hold_until(durable_seq);
                         ReasonCode::Success
@@ -58,13 +61,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 Ok(())
             }
             Packet::PubComp(a) => {
-                if !self.session.pubcomp(a.packet_id) {
+                if !self.core.session.pubcomp(a.packet_id) {
                     tracing::debug!(packet_id = a.packet_id, "PUBCOMP for an unknown packet id");
                 }
                 Ok(())
             }
             Packet::PubRel(a) => {
-                let (known, seq) = self.session.pubrel(a.packet_id);
+                let (known, seq) = self.core.session.pubrel(a.packet_id);
                 self.hold_until(seq);
                 let reason = if known { ReasonCode::Success } else { ReasonCode::PacketIdentifierNotFound };
                 self.write_packet(&Packet::PubComp(ack(a.packet_id, reason)));
@@ -94,22 +97,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
     fn on_disconnect(&mut self, d: &Disconnect) -> Result<(), End> {
         if let Some(interval) = d.properties.session_expiry_interval {
-            if self.session_expiry_was_zero && interval != 0 {
+            if self.core.session_expiry_was_zero && interval != 0 {
                 // [MQTT-3.14.2-2]
                 return Err(End::protocol(
                     ReasonCode::ProtocolError,
                     "session expiry set on DISCONNECT after 0 at CONNECT",
                 ));
             }
-            let granted = interval.min(self.ctx.mqtt.max_session_expiry);
-            self.session.set_expiry(SessionExpiry::from_interval(granted));
+            let granted = interval.min(self.core.ctx.mqtt.max_session_expiry);
+            self.core.session.set_expiry(SessionExpiry::from_interval(granted));
         }
         Err(End::ClientDisconnect { with_will: d.reason_code == ReasonCode::DisconnectWithWill })
     }
 
     /// Resolves an MQTT 5 topic alias and validates the topic name.
     fn resolve_topic(&mut self, topic: &Arc<str>, alias: Option<u16>) -> Result<TopicName, End> {
-        let settings = &self.ctx.mqtt;
+        let settings = &self.core.ctx.mqtt;
         let name = match alias {
             Some(0) => return Err(End::protocol(ReasonCode::TopicAliasInvalid, "topic alias 0")),
             Some(a) if a > settings.max_topic_alias => {
@@ -118,27 +121,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     format!("topic alias {a} exceeds the maximum"),
                 ));
             }
-            Some(a) if topic.is_empty() => match self.aliases.as_ref().and_then(|al| al.incoming.get(&a)) {
-                Some(t) => return Ok(t.clone()),
-                None => {
-                    return Err(End::protocol(
-                        ReasonCode::ProtocolError,
-                        format!("topic alias {a} is not set"),
-                    ));
+            Some(a) if topic.is_empty() => {
+                match self.core.aliases.as_ref().and_then(|al| al.incoming.get(&a)) {
+                    Some(t) => return Ok(t.clone()),
+                    None => {
+                        return Err(End::protocol(
+                            ReasonCode::ProtocolError,
+                            format!("topic alias {a} is not set"),
+                        ));
+                    }
                 }
-            },
+            }
             _ => TopicName::try_from(topic.clone()).map_err(|e| {
                 End::protocol(ReasonCode::TopicNameInvalid, format!("invalid topic name: {e}"))
             })?,
         };
         if let Some(a) = alias {
-            self.aliases.get_or_insert_with(Box::default).incoming.insert(a, name.clone());
+            self.core.aliases.get_or_insert_with(Box::default).incoming.insert(a, name.clone());
         }
         Ok(name)
     }
 
     fn on_publish(&mut self, p: Publish) -> Result<(), End> {
-        let v5 = is_v5(self.version);
+        let v5 = is_v5(self.core.version);
         if !p.properties.subscription_identifiers.is_empty() {
             // [MQTT-3.3.4-6]: only the server sends subscription identifiers.
             return Err(End::protocol(
@@ -156,8 +161,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             payload: &p.payload,
             response_topic: p.properties.response_topic.as_ref(),
         };
-        if let Err(broken) = checks::check(&self.ctx.mqtt, &fields) {
-            if topic.as_str().len() > self.ctx.mqtt.max_topic_length {
+        if let Err(broken) = checks::check(&self.core.ctx.mqtt, &fields) {
+            if topic.as_str().len() > self.core.ctx.mqtt.max_topic_length {
                 self.limit_tripped(Tripped::TopicLength, topic.as_str());
             }
             // A payload that is not the UTF-8 it claims is refused for itself when it can be
@@ -168,8 +173,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             self.ack_publish(p.qos, packet_id, ReasonCode::PayloadFormatInvalid);
             return Ok(());
         }
-        let broker = self.ctx.broker.clone();
-        let permit = match broker.authorize_publish(&self.acl, &topic) {
+        let broker = self.core.ctx.broker.clone();
+        let permit = match broker.authorize_publish(&self.core.acl, &topic) {
             Ok(permit) => permit,
             Err(refused) => {
                 tracing::debug!(topic = topic.as_str(), reason = %refused, "publish refused");
@@ -189,7 +194,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             || self.accept_qos2(packet_id, digest(topic.as_str(), &p.payload), p.dup)?;
         let mut reason = ReasonCode::Success;
         if first_time {
-            let origin = Origin::client(Some(self.session.id()), self.client_id.clone());
+            let origin = Origin::client(Some(self.core.session.id()), self.core.client_id.clone());
             let mut message = Message::new(topic, p.payload, p.qos, p.retain, origin);
             if v5 {
                 message.properties = MessageProperties::from(&p.properties);
@@ -216,9 +221,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// ([MQTT-3.3.4-8]: 0x93 otherwise); MQTT 3.x has no such limit, so a 3.x client is never
     /// disconnected for it — only its packet ids, at most 65,535, are kept per message.
     fn accept_qos2(&mut self, packet_id: u16, digest: u64, dup: bool) -> Result<bool, End> {
-        let window = usize::from(self.ctx.mqtt.max_inflight);
-        let enforced = is_v5(self.version).then_some(window);
-        match self.session.incoming_qos2(packet_id, digest, dup, enforced) {
+        let window = usize::from(self.core.ctx.mqtt.max_inflight);
+        let enforced = is_v5(self.core.version).then_some(window);
+        match self.core.session.incoming_qos2(packet_id, digest, dup, enforced) {
             IncomingQos2::Duplicate => Ok(false),
             IncomingQos2::WindowFull => Err(End::protocol(
                 ReasonCode::ReceiveMaximumExceeded,
@@ -229,7 +234,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 if reused {
                     tracing::debug!(packet_id, "packet id reused without DUP: a new message");
                 }
-                if others == window && !is_v5(self.version) {
+                if others == window && !is_v5(self.core.version) {
                     tracing::info!(
                         window,
                         "an MQTT 3.x client has more QoS 2 messages awaiting release than max_inflight; \
@@ -245,7 +250,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let mut response = ack(packet_id, reason);
         // Reason strings only when the client did not turn problem information off
         // ([MQTT-3.1.2-29]) and only for errors: successes need no explanation.
-        if reason.is_error() && self.request_problem_information {
+        if reason.is_error() && self.core.request_problem_information {
             response.properties.reason_string = Some(
                 match reason {
                     ReasonCode::NotAuthorized => "not authorized to publish to this topic",
@@ -265,8 +270,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     }
 
     fn on_subscribe(&mut self, s: Subscribe) -> Result<(), End> {
-        let v5 = is_v5(self.version);
-        let settings = self.ctx.mqtt.clone();
+        let v5 = is_v5(self.core.version);
+        let settings = self.core.ctx.mqtt.clone();
         if s.properties.subscription_identifier.is_some() && !settings.subscription_identifiers {
             return Err(End::protocol(
                 ReasonCode::SubscriptionIdentifiersNotSupported,
@@ -298,8 +303,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             } else if text.len() > settings.max_topic_length {
                 self.limit_tripped(Tripped::TopicLength, &text);
                 ReasonCode::TopicFilterInvalid
-            } else if self.session.subscription_count() >= settings.max_subscriptions_per_client
-                && !self.session.has_subscription(&text)
+            } else if self.core.session.subscription_count() >= settings.max_subscriptions_per_client
+                && !self.core.session.has_subscription(&text)
             {
                 self.limit_tripped(Tripped::Subscriptions, &text);
                 ReasonCode::QuotaExceeded
@@ -312,7 +317,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     retain_handling: options.retain_handling,
                     subscription_id: s.properties.subscription_identifier,
                 };
-                match self.ctx.broker.subscribe_as(&self.acl, &self.session, filter, subscribe_options, now) {
+                match self.core.ctx.broker.subscribe_as(
+                    &self.core.acl,
+                    &self.core.session,
+                    filter,
+                    subscribe_options,
+                    now,
+                ) {
                     Ok(_) => granted_code(qos),
                     Err(refused) => {
                         tracing::debug!(filter = %text, reason = %refused, "subscription refused");
@@ -335,14 +346,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             .filters
             .iter()
             .map(|text| {
-                if self.ctx.broker.unsubscribe(&self.session, text) {
+                if self.core.ctx.broker.unsubscribe(&self.core.session, text) {
                     ReasonCode::Success
                 } else {
                     ReasonCode::NoSubscriptionExisted
                 }
             })
             .collect();
-        let reason_codes = if is_v5(self.version) { codes } else { Vec::new() };
+        let reason_codes = if is_v5(self.core.version) { codes } else { Vec::new() };
         self.write_packet(&Packet::UnsubAck(UnsubAck {
             packet_id: u.packet_id,
             reason_codes,
@@ -354,7 +365,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Counts a refusal by `limit` and logs it, once per interval.
     fn limit_tripped(&self, limit: Tripped, topic: &str) {
-        if let Some(more) = self.ctx.limits.trip(limit, crate::clock::now()) {
+        if let Some(more) = self.core.ctx.limits.trip(limit, crate::clock::now()) {
             let shown: String = topic.chars().take(64).collect();
             tracing::info!(
                 ?limit,

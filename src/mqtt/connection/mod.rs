@@ -63,6 +63,8 @@ pub(crate) struct Accepted {
     pub(crate) session: Arc<Session>,
     pub(crate) generation: u64,
     pub(crate) client_id: Arc<str>,
+    /// The identity's username, shared with the session's client record.
+    pub(crate) username: Option<Arc<str>>,
     pub(crate) identity: Identity,
     pub(crate) acl: Acl,
     pub(crate) identity_expires: Option<Instant>,
@@ -143,11 +145,12 @@ struct Aliases {
     outgoing: HashMap<TopicName, u16>,
 }
 
-/// A connected MQTT client.
-pub(crate) struct Connection<S> {
+/// What a connection keeps while it is parked: all it needs to go on where it stopped. An idle
+/// client costs this (boxed in its parking lot), not the whole [`Connection`], so what only a
+/// busy connection needs (buffers, its timer, scratch space) lives in `Connection`.
+pub(crate) struct Core<S> {
     stream: S,
     ctx: Arc<ServerContext>,
-    version: ProtocolVersion,
     session: Arc<Session>,
     generation: u64,
     client_id: Arc<str>,
@@ -157,6 +160,26 @@ pub(crate) struct Connection<S> {
     identity_expires: Option<Instant>,
     keep_alive: Option<Duration>,
     last_received: Instant,
+    /// The listener's slot (connection counts), held until the connection ends.
+    slot: Option<crate::listener::ConnectionSlot>,
+    /// The connection's span, entered again by a resumed task; `None` when it is disabled (the
+    /// log level leaves it out), which is the common case and then costs 8 bytes, not 40.
+    span: Option<Box<tracing::Span>>,
+    /// Boxed: most clients have no will, and this struct is what an idle connection costs.
+    will: Option<Box<Will>>,
+    /// Topic aliases, created when the first one is used.
+    aliases: Option<Box<Aliases>>,
+    client_maximum_packet_size: u32,
+    window: u16,
+    client_topic_alias_maximum: u16,
+    version: ProtocolVersion,
+    session_expiry_was_zero: bool,
+    request_problem_information: bool,
+}
+
+/// A connected MQTT client.
+pub(crate) struct Connection<S> {
+    core: Core<S>,
     /// When anything was last read or written (for parking).
     last_active: Instant,
     /// Idle this long, the connection parks: set when it holds its listener slot (so that its
@@ -170,24 +193,11 @@ pub(crate) struct Connection<S> {
     parked: bool,
     /// The end a poll in the parking lot found, for the resumed task to finish with.
     ended: Option<Box<End>>,
-    /// The listener's slot (connection counts), held until the connection ends.
-    slot: Option<crate::listener::ConnectionSlot>,
-    /// The connection's span, entered again by a resumed task.
-    span: tracing::Span,
     /// The time at the start of the current poll: one clock read serves the whole batch.
     now: Instant,
     /// Whether this poll routed a message to someone (see `poll_run`).
     routed: bool,
     timer: Option<Pin<Box<Sleep>>>,
-    /// Boxed: most clients have no will, and this struct is what an idle connection costs.
-    will: Option<Box<Will>>,
-    session_expiry_was_zero: bool,
-    window: usize,
-    client_maximum_packet_size: u32,
-    client_topic_alias_maximum: u16,
-    request_problem_information: bool,
-    /// Topic aliases, created when the first one is used.
-    aliases: Option<Box<Aliases>>,
     inbuf: BytesMut,
     outbuf: BytesMut,
     /// Output held until the journal has it on disk (durability `always`), while there is any.
@@ -219,34 +229,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 live
             })
         });
-        let window = usize::from(a.client_receive_maximum.min(ctx.mqtt.max_inflight));
+        let window = a.client_receive_maximum.min(ctx.mqtt.max_inflight);
         if let Some(will) = &a.will {
             // In a cluster, kept where another node finds it should this one die.
             ctx.broker.will_attached(&a.session, a.generation, will, &a.acl);
         }
-        let mut c = Connection {
+        let span = tracing::Span::current();
+        let core = Core {
             stream,
             version: a.version,
             session: a.session,
             generation: a.generation,
             client_id: a.client_id,
-            username: a.identity.username.as_deref().map(Arc::from),
+            username: a.username,
             acl: a.acl,
             identity_change,
             identity_expires: a.identity_expires,
             keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
             last_received: crate::clock::now(),
-            last_active: crate::clock::now(),
-            park_idle: None,
-            park_due: false,
-            parked: false,
-            just_connected: false,
-            ended: None,
             slot: None,
-            span: tracing::Span::current(),
-            now: crate::clock::now(),
-            routed: false,
-            timer: None,
+            span: (!span.is_disabled()).then(|| Box::new(span)),
             will: a.will.map(Box::new),
             session_expiry_was_zero: a.session_expiry_was_zero,
             window,
@@ -254,27 +256,45 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             client_topic_alias_maximum: a.client_topic_alias_maximum,
             request_problem_information: a.request_problem_information,
             aliases: None,
-            inbuf,
-            outbuf: BytesMut::new(),
-            held: None,
-            journal: ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
-            store: ctx.broker.message_store().cloned(),
-            scratch: Vec::new(),
-            paused: None,
             ctx,
         };
+        let mut c = Connection::from_core(core, inbuf);
         c.write_packet(connack);
         // A resumed session first resends what was in flight, in the original order.
-        for o in c.session.resend_inflight() {
+        for o in c.core.session.resend_inflight() {
             c.write_outgoing(o, crate::clock::now());
         }
         c.arm_timer();
         c
     }
 
+    /// A connection that goes on from `core`, with nothing buffered beyond `inbuf`.
+    fn from_core(core: Core<S>, inbuf: BytesMut) -> Self {
+        let now = crate::clock::now();
+        Connection {
+            last_active: now,
+            park_idle: None,
+            park_due: false,
+            parked: false,
+            just_connected: false,
+            ended: None,
+            now,
+            routed: false,
+            timer: None,
+            inbuf,
+            outbuf: BytesMut::new(),
+            held: None,
+            journal: core.ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),
+            store: core.ctx.broker.message_store().cloned(),
+            scratch: Vec::new(),
+            paused: None,
+            core,
+        }
+    }
+
     /// The traffic counters of this connection's protocol version.
     fn traffic(&self) -> &mesgd_core::broker::Traffic {
-        self.ctx.broker.stats().traffic(super::handshake::protocol_of(self.version))
+        self.core.ctx.broker.stats().traffic(super::handshake::protocol_of(self.core.version))
     }
 
     /// Runs the connection to its end (or until it parks), then publishes or schedules the
@@ -300,7 +320,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 .await;
                 match parked {
                     Some(end) => end,
-                    None => return self.park(),
+                    None => return (*self).park(),
                 }
             }
         };
@@ -323,7 +343,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             }
             End::ClientDisconnect { .. } | End::Closed => tracing::debug!(?end, "disconnected"),
         }
-        if let (true, Some(code)) = (is_v5(self.version), end.server_reason()) {
+        if let (true, Some(code)) = (is_v5(self.core.version), end.server_reason()) {
             // A decode error may carry a code DISCONNECT cannot (0x84 belongs to CONNACK).
             let code =
                 if code.is_allowed_in(PacketType::Disconnect) { code } else { ReasonCode::ProtocolError };
@@ -340,15 +360,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             let _ = tokio::time::timeout(CLOSE_FLUSH, self.flush_and_close()).await;
         }
         // The will is checked as any publish is, with the rules in force now, when it goes out.
-        let will = if end.publishes_will() { self.will.take() } else { None };
-        let will = will.map(|w| Will { acl: self.acl.clone(), ..*w });
-        let broker = &self.ctx.broker;
-        broker.connection_closed(&self.session, self.generation, will, crate::clock::now());
+        let will = if end.publishes_will() { self.core.will.take() } else { None };
+        let will = will.map(|w| Will { acl: self.core.acl.clone(), ..*w });
+        let broker = &self.core.ctx.broker;
+        broker.connection_closed(&self.core.session, self.core.generation, will, crate::clock::now());
         Stats::sub(&broker.stats().clients_connected, 1);
         if end.server_reason().is_some() {
             // The session is already free for a new connection; only this socket waits, so that a
             // client still writing reads our DISCONNECT instead of a reset.
-            crate::linger::drain(&mut self.stream).await;
+            crate::linger::drain(&mut self.core.stream).await;
         }
     }
 
@@ -365,8 +385,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         }
         if !self.outbuf.is_empty() {
             let out = std::mem::take(&mut self.outbuf);
-            let _ = self.stream.write_all(&out).await;
+            let _ = self.core.stream.write_all(&out).await;
         }
-        let _ = self.stream.shutdown().await;
+        let _ = self.core.stream.shutdown().await;
     }
 }

@@ -16,7 +16,7 @@ use super::{Connection, is_v5};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) fn write_packet(&mut self, packet: &Packet) {
-        let version = self.version;
+        let version = self.core.version;
         if let Err(e) = mqtt::encode(packet, version, self.out()) {
             tracing::error!(error = %e, "could not encode a packet");
         }
@@ -35,16 +35,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
     fn write_delivery(&mut self, delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: Instant) {
         let message = &delivery.message;
-        let v5 = is_v5(self.version);
+        let v5 = is_v5(self.core.version);
         let plain = !v5
             || (message.properties.is_empty()
                 && message.expires_at.is_none()
                 && delivery.subscription_ids.is_empty()
-                && self.client_topic_alias_maximum == 0);
+                && self.core.client_topic_alias_maximum == 0);
         if plain {
             // Nothing per-subscriber but the header: written straight from the message.
             let before = self.out().len();
-            let version = self.version;
+            let version = self.core.version;
             let written = mqtt::encode_plain_publish(
                 version,
                 dup,
@@ -68,14 +68,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             properties = PublishProperties::from(&message.properties);
             properties.message_expiry_interval = message.remaining_expiry(now);
             properties.subscription_identifiers = delivery.subscription_ids.to_vec();
-            if self.client_topic_alias_maximum > 0 {
-                let aliases = self.aliases.get_or_insert_with(Box::default);
+            if self.core.client_topic_alias_maximum > 0 {
+                let aliases = self.core.aliases.get_or_insert_with(Box::default);
                 match aliases.outgoing.get(&message.topic) {
                     Some(&alias) => {
                         properties.topic_alias = Some(alias);
                         topic = Arc::from("");
                     }
-                    None if aliases.outgoing.len() < usize::from(self.client_topic_alias_maximum) => {
+                    None if aliases.outgoing.len() < usize::from(self.core.client_topic_alias_maximum) => {
                         let alias = aliases.outgoing.len() as u16 + 1;
                         new_alias = Some(alias);
                         properties.topic_alias = Some(alias);
@@ -99,7 +99,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         // dropped packet must not leave later ones referring to an alias the client never saw.
         if self.check_delivered_size(before, packet_id) {
             if let Some(alias) = new_alias {
-                self.aliases.get_or_insert_with(Box::default).outgoing.insert(message.topic.clone(), alias);
+                self.core
+                    .aliases
+                    .get_or_insert_with(Box::default)
+                    .outgoing
+                    .insert(message.topic.clone(), alias);
             }
         }
     }
@@ -109,20 +113,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// it stays.
     fn check_delivered_size(&mut self, before: usize, packet_id: Option<u16>) -> bool {
         let size = self.out().len() - before;
-        if size > self.client_maximum_packet_size as usize {
+        if size > self.core.client_maximum_packet_size as usize {
             self.out().truncate(before);
             if let Some(id) = packet_id {
-                self.session.discard_inflight(id);
+                self.core.session.discard_inflight(id);
             }
-            self.ctx.broker.stats().dropped(DropReason::TooLarge, 1);
+            self.core.ctx.broker.stats().dropped(DropReason::TooLarge, 1);
             tracing::debug!(
                 size,
-                max = self.client_maximum_packet_size,
+                max = self.core.client_maximum_packet_size,
                 "message dropped: larger than the client's maximum packet size"
             );
             return false;
         }
-        Stats::add(&self.ctx.broker.stats().messages_sent, 1);
+        Stats::add(&self.core.ctx.broker.stats().messages_sent, 1);
         Stats::add(&self.traffic().messages_out, 1);
         true
     }

@@ -5,15 +5,17 @@
 //! HTTP connection keeps the slot, and the socket, in its own task). It parks when its timer
 //! finds it idle for `mqtt.park_idle_ms` and nothing is buffered or held: no partial packet in,
 //! no bytes out, no acknowledgement waiting for the disk or the cluster's store, no publish
-//! paused. Its keep-alive timer is dropped; the lot resumes it at its deadline.
+//! paused. Only its [`Core`] waits in the lot: the buffers, the keep-alive timer and the
+//! scratch space are dropped, and the lot resumes it at its deadline.
 
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
-use super::Connection;
+use super::{Connection, Core};
 use crate::listener::ConnectionSlot;
 use crate::park::Parked;
 
@@ -21,8 +23,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Holds the listener's slot until the connection ends, which lets it park (see the module
     /// doc).
     pub(crate) fn hold_slot(&mut self, slot: ConnectionSlot) {
-        self.slot = Some(slot);
-        self.park_idle = self.ctx.mqtt.park_idle;
+        self.core.slot = Some(slot);
+        self.park_idle = self.core.ctx.mqtt.park_idle;
         // The first time it has nothing to do, right after CONNACK, it parks at once: a device
         // that connects and then only keeps alive frees its task before the next ones connect,
         // so a reconnect storm of a fleet reuses a few task cells instead of holding one each.
@@ -33,7 +35,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
     /// Whether nothing is buffered or held, so that the connection can wait without a task.
     fn parkable(&self) -> bool {
-        self.slot.is_some()
+        self.core.slot.is_some()
             && self.inbuf.is_empty()
             && self.outbuf.is_empty()
             && self.held.is_none()
@@ -56,42 +58,67 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         self.parkable()
     }
 
-    /// Hands the connection to the parking lot; its task ends.
-    pub(super) fn park(mut self: Box<Self>) {
-        self.park_due = false;
-        self.parked = true;
-        // What an idle connection does not need: its timer (the lot keeps the deadline) and
-        // the delivery scratch space.
-        self.timer = None;
-        self.scratch = Vec::new();
-        let ctx = self.ctx.clone();
-        ctx.parking.park(self);
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Parked for Connection<S> {
-    fn poll_idle(&mut self, cx: &mut Context<'_>) -> bool {
-        // The same poll as in the task: with the lot's waker, it registers that waker with the
-        // socket, the session and the live identity. Work it finds is done here and the
-        // connection resumes.
-        let _entered = self.span.clone().entered();
-        match self.poll_run(cx) {
-            Poll::Ready(end) => {
-                self.ended = Some(Box::new(end));
-                false
-            }
-            Poll::Pending => self.parkable(),
-        }
+    /// Hands the connection to the parking lot; its task ends. What only a busy connection
+    /// needs (its timer, buffers, scratch space) is dropped: the lot keeps the [`Core`].
+    pub(super) fn park(self) {
+        let ctx = self.core.ctx.clone();
+        ctx.parking.park(Box::new(self.into_core()));
     }
 
-    fn deadline(&self) -> Option<Instant> {
-        Connection::deadline(self)
+    /// The part that waits in the lot.
+    fn into_core(self) -> Core<S> {
+        self.core
     }
 
+    /// A connection polled in its lot, from what it kept: no timer (the lot keeps the deadline).
+    fn polled_in_lot(core: Core<S>) -> Self {
+        let mut c = Connection::from_core(core, BytesMut::new());
+        c.park_idle = c.core.ctx.mqtt.park_idle;
+        c.parked = true;
+        c
+    }
+
+    /// The span to enter, or none when it is disabled.
+    fn span(&self) -> tracing::Span {
+        self.core.span.as_deref().cloned().unwrap_or_else(tracing::Span::none)
+    }
+
+    /// Gives the connection a task of its own again.
     fn resume(mut self: Box<Self>) {
         self.parked = false;
         self.arm_timer();
-        let span = self.span.clone();
+        let span = self.span();
         tokio::spawn(self.drive().instrument(span));
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Parked for Core<S> {
+    fn poll_idle(self: Box<Self>, cx: &mut Context<'_>) -> Option<Box<dyn Parked>> {
+        // The same poll as in the task: with the lot's waker, it registers that waker with the
+        // socket, the session and the live identity. Work it finds is done here, and unless the
+        // connection is idle again after it, it resumes.
+        let mut c = Connection::polled_in_lot(*self);
+        let span = c.span();
+        let _entered = span.enter();
+        let idle = match c.poll_run(cx) {
+            Poll::Ready(end) => {
+                c.ended = Some(Box::new(end));
+                false
+            }
+            Poll::Pending => c.parkable(),
+        };
+        if idle {
+            return Some(Box::new(c.into_core()));
+        }
+        Box::new(c).resume();
+        None
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        Core::deadline(self)
+    }
+
+    fn resume(self: Box<Self>) {
+        Box::new(Connection::polled_in_lot(*self)).resume();
     }
 }

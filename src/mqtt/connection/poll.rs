@@ -10,7 +10,7 @@ use bytes::{Buf, BytesMut};
 use mesgd_core::broker::{DropReason, IdentityUpdate, Stats};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{Connection, End};
+use super::{Connection, Core, End};
 
 /// Stop reading and draining while this much output waits for the socket: a client that does
 /// not read cannot make the broker buffer without bound.
@@ -20,11 +20,19 @@ const READ_CHUNK: usize = 8 * 1024;
 /// Messages taken from the session per drain call.
 const DRAIN_BATCH: usize = 256;
 
+impl<S> Core<S> {
+    /// The next keep-alive or credential-expiry deadline.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        let keep_alive = self.keep_alive.map(|ka| self.last_received + ka);
+        [keep_alive, self.identity_expires].into_iter().flatten().min()
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     pub(super) fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         loop {
             self.now = crate::clock::now();
-            if let Some(kick) = self.session.poll_kick(self.generation, cx.waker()) {
+            if let Some(kick) = self.core.session.poll_kick(self.core.generation, cx.waker()) {
                 return Poll::Ready(End::Kicked(kick));
             }
             if let Some(end) = self.poll_identity(cx) {
@@ -85,17 +93,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             }
             // Publishers wait while the journal's backlog is over its bound (a slow disk): what
             // they send would be promises the broker cannot yet keep.
-            if self.ctx.broker.journal().is_some_and(|j| !j.poll_room(cx.waker())) {
+            if self.core.ctx.broker.journal().is_some_and(|j| !j.poll_room(cx.waker())) {
                 break;
             }
-            let polled = crate::lean_read::poll_read::<_, READ_CHUNK>(&mut self.stream, cx, &mut self.inbuf);
+            let polled =
+                crate::lean_read::poll_read::<_, READ_CHUNK>(&mut self.core.stream, cx, &mut self.inbuf);
             match polled {
                 Poll::Pending => break,
                 Poll::Ready(Ok(0)) => return Err(End::Closed),
                 Poll::Ready(Ok(n)) => {
-                    Stats::add(&self.ctx.broker.stats().bytes_received, n as u64);
+                    Stats::add(&self.core.ctx.broker.stats().bytes_received, n as u64);
                     Stats::add(&self.traffic().bytes_in, n as u64);
-                    self.last_received = self.now;
+                    self.core.last_received = self.now;
                     self.last_active = self.now;
                     progress = true;
                     // A PUBLISH that must wait for the budget pauses the connection here; the
@@ -113,10 +122,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
     fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         while !self.outbuf.is_empty() {
-            match Pin::new(&mut self.stream).poll_write(cx, &self.outbuf) {
+            match Pin::new(&mut self.core.stream).poll_write(cx, &self.outbuf) {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
-                    Stats::add(&self.ctx.broker.stats().bytes_sent, n as u64);
+                    Stats::add(&self.core.ctx.broker.stats().bytes_sent, n as u64);
                     Stats::add(&self.traffic().bytes_out, n as u64);
                     self.outbuf.advance(n);
                     self.last_active = self.now;
@@ -126,7 +135,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             }
         }
         // TLS and WebSocket streams buffer internally; a plain TCP flush is a no-op.
-        match Pin::new(&mut self.stream).poll_flush(cx) {
+        match Pin::new(&mut self.core.stream).poll_flush(cx) {
             Poll::Ready(Err(e)) => return Err(e),
             Poll::Ready(Ok(())) | Poll::Pending => {}
         }
@@ -140,11 +149,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     fn drain_session(&mut self, cx: &mut Context<'_>) -> bool {
         let now = self.now;
         let mut batch = std::mem::take(&mut self.scratch);
-        let stats =
-            self.session.drain(self.generation, self.window, DRAIN_BATCH, now, cx.waker(), &mut batch);
+        let stats = self.core.session.drain(
+            self.core.generation,
+            usize::from(self.core.window),
+            DRAIN_BATCH,
+            now,
+            cx.waker(),
+            &mut batch,
+        );
         self.hold_until(stats.gate);
         if stats.expired > 0 {
-            self.ctx.broker.stats().dropped(DropReason::Expired, stats.expired as u64);
+            self.core.ctx.broker.stats().dropped(DropReason::Expired, stats.expired as u64);
         }
         for o in batch.drain(..) {
             self.write_outgoing(o, now);
@@ -160,14 +175,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 return None;
             }
             let now = crate::clock::now();
-            if self.identity_expires.is_some_and(|at| at <= now) {
+            if self.core.identity_expires.is_some_and(|at| at <= now) {
                 return Some(End::IdentityExpired);
             }
             if self.paused.is_some() {
                 // Not reading is the broker's doing: the client is not late.
-                self.last_received = now;
+                self.core.last_received = now;
             }
-            if self.keep_alive.is_some_and(|ka| self.last_received + ka <= now) {
+            if self.core.keep_alive.is_some_and(|ka| self.core.last_received + ka <= now) {
                 return Some(End::KeepAliveTimeout);
             }
             if self.park_idle.is_some_and(|idle| self.last_active + idle <= now) {
@@ -200,20 +215,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
     /// The next keep-alive or credential-expiry deadline.
     pub(super) fn deadline(&self) -> Option<Instant> {
-        let keep_alive = self.keep_alive.map(|ka| self.last_received + ka);
-        [keep_alive, self.identity_expires].into_iter().flatten().min()
+        self.core.deadline()
     }
 
     /// Applies a live change the identity's provider made (rules edited, account disabled or
     /// deleted) through the broker's one implementation of it.
     fn poll_identity(&mut self, cx: &mut Context<'_>) -> Option<End> {
-        let change = self.identity_change.as_mut()?;
+        let change = self.core.identity_change.as_mut()?;
         let Poll::Ready(mut live) = change.as_mut().poll(cx) else { return None };
-        match self.ctx.broker.refresh_identity(&self.session, live.current(), self.username.as_deref()) {
+        match self.core.ctx.broker.refresh_identity(
+            &self.core.session,
+            live.current(),
+            self.core.username.as_deref(),
+        ) {
             IdentityUpdate::Rules(acl) => {
-                self.acl = acl;
+                self.core.acl = acl;
                 tracing::info!("rules changed: new ACL applies from now on");
-                self.identity_change = Some(Box::pin(async move {
+                self.core.identity_change = Some(Box::pin(async move {
                     live.changed().await;
                     live
                 }));
