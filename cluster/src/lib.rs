@@ -281,6 +281,15 @@ impl Cluster {
         tasks.extend(will_tasks);
         let session_store_handle = session_store.clone();
         if let Some(copies) = copies {
+            registry.set_replayer(Arc::new(sessions::replay::Replayer {
+                js: users_js.clone(),
+                stream: config.durable.stream.clone(),
+                broker: Arc::downgrade(broker),
+                interest: interest.clone(),
+                synced: synced.clone(),
+                copies: copies.clone(),
+                stats: stats.clone(),
+            }));
             tasks.push(tokio::spawn(sessions::store::write_loop(
                 copies,
                 session_store,

@@ -162,6 +162,20 @@ pub struct ClusterStats {
     pub sessions_recovered_expired: AtomicU64,
     /// Packets' changes waiting for their session record's write.
     pub session_copies_waiting: AtomicU64,
+    /// Replays of the durable stream for recovered sessions that ended (whatever the outcome:
+    /// `replay_truncated` and `replay_errors` count the ones that did not reach the end).
+    pub replays: AtomicU64,
+    /// Stored messages the replays gave to recovered sessions.
+    pub replayed: AtomicU64,
+    /// Stored messages a replay found the session already had (finished, held, or received
+    /// live since).
+    pub replay_skipped: AtomicU64,
+    /// Stored messages a replay left out because they had expired.
+    pub replay_expired: AtomicU64,
+    /// Replays ended by a bound (messages, bytes, time) before the end of the stream.
+    pub replay_truncated: AtomicU64,
+    /// Replays that could not read the stream (or the session was gone before it ended).
+    pub replay_errors: AtomicU64,
 }
 
 /// Whether a value is a level (gauge) or a count (counter), for the exporter.
@@ -554,6 +568,42 @@ impl ClusterStats {
                 "Packets' changes waiting for their session record's write",
                 Gauge,
                 get(&self.session_copies_waiting),
+            ),
+            (
+                "replays",
+                "Replays of the durable stream for recovered sessions that ended",
+                Counter,
+                get(&self.replays),
+            ),
+            (
+                "replayed",
+                "Stored messages the replays gave to recovered sessions",
+                Counter,
+                get(&self.replayed),
+            ),
+            (
+                "replay_skipped",
+                "Stored messages a replay found the session already had",
+                Counter,
+                get(&self.replay_skipped),
+            ),
+            (
+                "replay_expired",
+                "Stored messages a replay left out because they had expired",
+                Counter,
+                get(&self.replay_expired),
+            ),
+            (
+                "replay_truncated",
+                "Replays ended by a bound before the end of the stream",
+                Counter,
+                get(&self.replay_truncated),
+            ),
+            (
+                "replay_errors",
+                "Replays that could not read the stream to its end",
+                Counter,
+                get(&self.replay_errors),
             ),
         ];
         values.extend(self.relay.values());

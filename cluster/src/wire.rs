@@ -12,6 +12,7 @@
 //! | `Mesgd-Expires-At` | retained stream: the expiry as Unix seconds (a stored message outlives any instant) |
 //! | `Mesgd-From` | the publisher's client id, base64url (relay `from`) |
 //! | `Mesgd-Props` | MQTT 5 properties, base64url of a JSON object, only when there are any |
+//! | `Mesgd-Msg-Id` | a QoS 1/2 message's identity in the durable stream (its `Nats-Msg-Id`), when it was stored |
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use async_nats::{HeaderMap, HeaderValue};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use bytes::Bytes;
-use mesgd_core::model::{Message, MessageProperties, NodeId, Origin, QoS};
+use mesgd_core::model::{Message, MessageId, MessageProperties, NodeId, Origin, QoS};
 use mesgd_core::topic::TopicName;
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,7 @@ const EXPIRY: &str = "Mesgd-Expiry";
 const EXPIRES_AT: &str = "Mesgd-Expires-At";
 const FROM: &str = "Mesgd-From";
 const PROPS: &str = "Mesgd-Props";
+const MSG_ID: &str = "Mesgd-Msg-Id";
 
 /// Why a message from NATS could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +110,9 @@ pub(crate) fn encode(
     if let Some(from) = &message.origin.client_id {
         h.insert(FROM, value(&B64.encode(from.as_bytes())));
     }
+    if let Some(id) = message.id {
+        h.insert(MSG_ID, value(&id.to_string()));
+    }
     let p = &message.properties;
     if !p.is_empty() {
         let props = Props {
@@ -180,6 +185,10 @@ pub(crate) fn decode(
         }
         None => None,
     };
+    let id = match get(h, MSG_ID) {
+        Some(id) => Some(MessageId::from_str(id).map_err(|()| WireError::Invalid(MSG_ID))?),
+        None => None,
+    };
     let properties = match get(h, PROPS) {
         Some(b64) => {
             let json = B64.decode(b64).map_err(|_| WireError::Invalid(PROPS))?;
@@ -206,6 +215,7 @@ pub(crate) fn decode(
         properties,
         expires_at,
         origin: Origin { session: None, client_id, node: Some(sender.node.clone()) },
+        id,
     })
 }
 
@@ -230,6 +240,7 @@ mod tests {
         m.properties.user_properties = vec![(Arc::from("k"), Arc::from("v\nw"))];
         m.properties.payload_format_indicator = Some(1);
         m.properties.response_topic = Some(Arc::from("r/t"));
+        m.id = Some(MessageId { instance: 0xabc, seq: 42 });
         let h = encode(&m, "n1", (0xabc, 7), ExpiryAs::Remaining(now), |_| wall);
         let s = sender(&h).unwrap();
         assert_eq!(s, Sender { node: Arc::from("n1"), id: (0xabc, 7) });
@@ -240,6 +251,8 @@ mod tests {
         assert_eq!(back.remaining_expiry(now), Some(30));
         assert_eq!(back.origin.client_id.as_deref(), Some("client é"));
         assert_eq!(back.origin.node.as_deref(), Some("n1"));
+        assert_eq!(back.id, m.id);
+        assert_eq!(h.get(MSG_ID).map(HeaderValue::as_str), Some("0000000000000abc-42"));
     }
 
     #[test]
@@ -263,6 +276,12 @@ mod tests {
             Err(WireError::Invalid(QOS))
         ));
         h.insert(QOS, value("0"));
+        let mut bad_id = h.clone();
+        bad_id.insert(MSG_ID, value("abc-1"));
+        assert!(matches!(
+            decode(t.clone(), Bytes::new(), &bad_id, &s, now, |_| now),
+            Err(WireError::Invalid(MSG_ID))
+        ));
         h.insert(PROPS, value("!!"));
         assert!(matches!(decode(t, Bytes::new(), &h, &s, now, |_| now), Err(WireError::Invalid(PROPS))));
     }

@@ -124,8 +124,8 @@ pub enum Change {
     WillScheduled {
         /// The client id.
         client_id: Arc<str>,
-        /// The will.
-        will: Will,
+        /// The will (boxed: a will holds a whole message, the other changes are small).
+        will: Box<Will>,
         /// When, on the wall clock.
         at: SystemTime,
     },

@@ -19,7 +19,7 @@ use futures_util::stream::FuturesOrdered;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::durable::{MessageStore, Stored};
 use mesgd_core::cluster::subject::DURABLE;
-use mesgd_core::model::Message;
+use mesgd_core::model::{Message, MessageId};
 use mesgd_core::sync::lock;
 use tokio::sync::mpsc;
 
@@ -100,6 +100,8 @@ pub(crate) struct DurableStore {
     queue: Mutex<(u64, mpsc::Sender<Queued>)>,
     state: Arc<Mutex<State>>,
     stats: Arc<ClusterStats>,
+    /// This node's instance, the first half of every stored message's id.
+    instance: u64,
 }
 
 impl DurableStore {
@@ -113,22 +115,25 @@ impl DurableStore {
     ) -> (DurableStore, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(capacity);
         let state = Arc::new(Mutex::new(State::default()));
+        let instance = me.instance;
         let task = tokio::spawn(store_loop(js, broker, me, rx, state.clone(), stats.clone()));
-        (DurableStore { queue: Mutex::new((1, tx)), state, stats }, task)
+        (DurableStore { queue: Mutex::new((1, tx)), state, stats, instance }, task)
     }
 }
 
 impl MessageStore for DurableStore {
-    fn store(&self, message: &Arc<Message>) -> u64 {
+    fn store(&self, mut message: Message) -> (Arc<Message>, u64) {
         let mut queue = lock(&self.queue);
         let seq = queue.0;
         queue.0 += 1;
+        message.id = Some(MessageId { instance: self.instance, seq });
+        let message = Arc::new(message);
         if queue.1.try_send((seq, message.clone())).is_err() {
             drop(queue);
             ClusterStats::add(&self.stats.durable_queue_full, 1);
             lock(&self.state).fail(seq);
         }
-        seq
+        (message, seq)
     }
 
     fn poll_stored(&self, from: u64, until: u64, waker: &Waker) -> Stored {
@@ -197,8 +202,12 @@ async fn send(
     let mut headers =
         wire::encode(message, &me.node, (me.instance, seq), ExpiryAs::Deadline, |i| broker.wall_time(i));
     // The store's own dedupe: a publish of this message again (same node run, same number)
-    // within the stream's duplicate window is stored once.
-    headers.insert("Nats-Msg-Id", HeaderValue::from(format!("{:016x}-{seq}", me.instance).as_str()));
+    // within the stream's duplicate window is stored once. The same id is the message's
+    // `Mesgd-Msg-Id` (`wire`), which every copy between nodes carries.
+    headers.insert(
+        "Nats-Msg-Id",
+        HeaderValue::from(MessageId { instance: me.instance, seq }.to_string().as_str()),
+    );
     match js.publish_with_headers(subject, headers, message.payload.clone()).await {
         Ok(ack) => Box::pin(async move {
             match ack.await {

@@ -109,6 +109,9 @@ struct Inner {
     sessions: Arc<crate::sessions::store::SessionStore>,
     /// Tells the takeover task to unsubscribe and end.
     stop: tokio::sync::Notify,
+    /// Replays the durable stream for a recovered session (installed once the node's stream
+    /// and subscriptions are up).
+    replayer: std::sync::OnceLock<Arc<crate::sessions::replay::Replayer>>,
 }
 
 impl Registry {
@@ -133,6 +136,7 @@ impl Registry {
                 timeout,
                 sessions,
                 stop: tokio::sync::Notify::new(),
+                replayer: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -148,6 +152,11 @@ impl Registry {
             .map_err(|e| crate::StartError::Registry(e.to_string()))?;
         self.inner.client.flush().await.map_err(|e| crate::StartError::Registry(e.to_string()))?;
         Ok(tokio::spawn(takeover::serve(self.clone(), requests)))
+    }
+
+    /// Installs the replay of the durable stream for recovered sessions (once).
+    pub(crate) fn set_replayer(&self, replayer: Arc<crate::sessions::replay::Replayer>) {
+        let _ = self.inner.replayer.set(replayer);
     }
 
     /// Has the task of [`Registry::serve`] unsubscribe from the takeover subject and end.
@@ -293,11 +302,17 @@ impl Registry {
         let reply = TakeoverReply {
             outcome: mesgd_core::cluster::registry::TakeoverOutcome::Offline,
             resumed: true,
-            subscriptions: record.subscriptions,
-            messages: record.messages,
-            incoming_qos2: record.incoming_qos2,
+            subscriptions: record.subscriptions.clone(),
+            messages: record.messages.clone(),
+            incoming_qos2: record.incoming_qos2.clone(),
         };
-        self.handed_over(&reply, &record.node)
+        let handover = self.handed_over(&reply, &record.node);
+        // What the record cannot hold (messages on their way to the dead node, published while
+        // the session had no node, queued in the last write delay) comes from the stream.
+        if let Some(replayer) = me.replayer.get() {
+            replayer.start(id, &record, &handover.subscriptions);
+        }
+        handover
     }
 
     /// The session a takeover reply hands over; a subscription that does not parse is dropped

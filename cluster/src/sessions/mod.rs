@@ -20,6 +20,7 @@
 //!   the subscriptions, queued and in-flight messages and incoming QoS 2 ids into the new
 //!   session as a live takeover does.
 
+pub(crate) mod replay;
 pub(crate) mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,8 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
+use mesgd_core::cluster::replay::Delivered;
 use mesgd_core::cluster::session_record::{CopyFirst, session_of};
 use mesgd_core::journal::{Change, Journal};
+use mesgd_core::model::MessageId;
 use mesgd_core::sync::lock;
 use tokio::sync::Notify;
 
@@ -55,6 +58,8 @@ struct Marks {
     waiters: Vec<(u64, Waker)>,
     /// Which changes are such changes.
     copy_first: CopyFirst,
+    /// The ids of the messages each session holds and finished, for its record's checkpoint.
+    delivered: Delivered,
 }
 
 /// The sessions to write in one round, with the sequence numbers each one's write lets go.
@@ -132,6 +137,21 @@ impl SessionCopies {
     pub(crate) fn waiting(&self) -> usize {
         lock(&self.state).first.len()
     }
+
+    /// The checkpoint of a record of `id` written now, and the ids it finished since.
+    pub(crate) fn checkpoint(&self, id: &str) -> (u64, Vec<MessageId>) {
+        lock(&self.state).delivered.checkpoint(id, store::now_ms())
+    }
+
+    /// Whether session `id` holds or finished message `message` on this node.
+    pub(crate) fn has(&self, id: &str, message: MessageId) -> bool {
+        lock(&self.state).delivered.has(id, message)
+    }
+
+    /// Takes in the finished ids of session `id`'s recovered record.
+    pub(crate) fn adopt_finished(&self, id: &Arc<str>, finished: &[MessageId]) {
+        lock(&self.state).delivered.adopt(id, finished, store::now_ms());
+    }
 }
 
 impl Journal for SessionCopies {
@@ -142,7 +162,11 @@ impl Journal for SessionCopies {
                 None => self.next.fetch_add(1, Ordering::Relaxed),
             };
         };
-        let first = lock(&self.state).copy_first.must_be_copied_first(&change);
+        let first = {
+            let mut marks = lock(&self.state);
+            marks.delivered.learn(&change, store::now_ms());
+            marks.copy_first.must_be_copied_first(&change)
+        };
         let seq = match &self.primary {
             Some(p) => p.record(change),
             None => self.next.fetch_add(1, Ordering::Relaxed),

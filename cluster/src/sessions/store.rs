@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
 use mesgd_core::cluster::session_record::{MAX_RECORD_LEN, SessionRecord};
-use mesgd_core::model::{Kick, SessionExpiry, SessionKey};
+use mesgd_core::model::{Kick, MessageId, SessionExpiry, SessionKey};
 use mesgd_core::session::Session;
 use mesgd_core::sync::lock;
 
@@ -47,7 +47,7 @@ pub(crate) struct SessionStore {
     revisions: Mutex<HashMap<Arc<str>, u64>>,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     let since = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
@@ -162,7 +162,13 @@ impl SessionStore {
 
     /// Writes the session of `id` as it is now (or deletes its record when it ended), if this
     /// node holds the client id.
-    async fn write_session(&self, broker: &Broker, registry: &Registry, id: &Arc<str>) -> Written {
+    async fn write_session(
+        &self,
+        broker: &Broker,
+        registry: &Registry,
+        copies: &SessionCopies,
+        id: &Arc<str>,
+    ) -> Written {
         let Some(registry_revision) = registry.owned_revision(id) else {
             // Not this node's (any more): a newer owner writes it.
             lock(&self.revisions).remove(id);
@@ -175,7 +181,7 @@ impl SessionStore {
         let Some(session) = session else {
             return self.put(id, &kv_key, None, registry_revision).await;
         };
-        let bytes = self.snapshot(&session, registry_revision).encode();
+        let bytes = self.snapshot(&session, registry_revision, copies.checkpoint(id)).encode();
         if bytes.len() > MAX_RECORD_LEN {
             ClusterStats::add(&self.stats.sessions_too_large, 1);
             tracing::warn!(
@@ -200,7 +206,12 @@ impl SessionStore {
         written
     }
 
-    fn snapshot(&self, session: &Session, registry_revision: u64) -> SessionRecord {
+    fn snapshot(
+        &self,
+        session: &Session,
+        registry_revision: u64,
+        (checkpoint, finished): (u64, Vec<MessageId>),
+    ) -> SessionRecord {
         let (messages, incoming_qos2) = handover::handed_messages(session);
         SessionRecord {
             node: self.node.to_string(),
@@ -214,6 +225,8 @@ impl SessionStore {
             subscriptions: handover::handed_subscriptions(session),
             messages,
             incoming_qos2,
+            checkpoint_ms: Some(checkpoint),
+            finished: finished.iter().map(MessageId::to_string).collect(),
         }
     }
 
@@ -284,8 +297,8 @@ pub(crate) async fn write_loop(
         let batch = copies.take();
         again = false;
         let mut writes = futures_util::stream::iter(batch.into_iter().map(|(id, seqs)| {
-            let (store, registry, broker) = (&store, &registry, &broker);
-            async move { (store.write_session(broker, registry, &id).await, id, seqs) }
+            let (store, registry, broker, copies) = (&store, &registry, &broker, &copies);
+            async move { (store.write_session(broker, registry, copies, &id).await, id, seqs) }
         }))
         .buffer_unordered(MAX_CONCURRENT_WRITES);
         while let Some((written, id, seqs)) = writes.next().await {

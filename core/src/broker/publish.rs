@@ -86,7 +86,15 @@ impl Broker {
     /// Publishes a message with no checks (the broker's own, or one that passed
     /// [`Broker::publish_as`]): updates the retained store if it is retained, then routes it.
     pub fn publish(&self, message: Message) -> RouteStats {
-        let message = Arc::new(message);
+        // Numbered by the durable store before routing, so that every copy (local queues, the
+        // other nodes) carries its identity in the stream.
+        let (message, stored_seq) = match self.message_store.get() {
+            Some(store) if crate::cluster::durable::stores(&message) => {
+                let (message, seq) = store.store(message);
+                (message, Some(seq))
+            }
+            _ => (Arc::new(message), None),
+        };
         let mut retained_seq = None;
         if message.retain {
             let change = self.retained.set(&message);
@@ -104,11 +112,7 @@ impl Broker {
             Stats::add(&self.stats.deliveries_filtered, stats.filtered as u64);
         }
         stats.durable_seq = stats.durable_seq.max(retained_seq);
-        if let Some(store) = self.message_store.get() {
-            if crate::cluster::durable::stores(&message) {
-                stats.stored_seq = Some(store.store(&message));
-            }
-        }
+        stats.stored_seq = stored_seq;
         if message.origin.node.is_none() {
             if let Some(forward) = self.forward.get() {
                 forward.forward(&message);

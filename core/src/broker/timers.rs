@@ -52,7 +52,11 @@ impl Broker {
     pub(super) fn schedule_will(&self, client_id: Arc<str>, will: Will, at: Instant, now: Instant) {
         let wall = self.wall_time(at.max(now));
         let mut t = lock(&self.timers);
-        self.record(|| Change::WillScheduled { client_id: client_id.clone(), will: will.clone(), at: wall });
+        self.record(|| Change::WillScheduled {
+            client_id: client_id.clone(),
+            will: Box::new(will.clone()),
+            at: wall,
+        });
         t.insert_will(client_id, will, at);
         drop(t);
         self.timers_changed.notify_one();

@@ -33,9 +33,10 @@ pub enum Stored {
 
 /// Where QoS 1/2 messages published on this node are stored before their acknowledgement.
 pub trait MessageStore: Send + Sync + fmt::Debug {
-    /// Hands `message` to the store; returns its store sequence number (increasing). Must not
+    /// Hands `message` to the store, which gives it its [`Message::id`]; returns the message
+    /// as every subscriber shares it and its store sequence number (increasing). Must not
     /// block: it is called while the publisher's packet is handled.
-    fn store(&self, message: &Arc<Message>) -> u64;
+    fn store(&self, message: Message) -> (Arc<Message>, u64);
 
     /// Whether every store numbered `from..=until` is acknowledged; while some are not, `waker`
     /// is woken when they are.

@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 
 use super::registry::RegistryWireError;
-use crate::model::{Delivery, Message, MessageProperties, Origin, QoS, SharedRoute};
+use crate::model::{Delivery, Message, MessageId, MessageProperties, Origin, QoS, SharedRoute};
 use crate::session::{OutboundState, RestoredEntry};
 use crate::topic::TopicName;
 
@@ -71,6 +71,9 @@ pub struct HandedMessage {
     /// While in flight: 1 awaiting PUBACK, 2 awaiting PUBREC, 3 awaiting PUBCOMP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<u8>,
+    /// The message's identity in the durable stream ([`MessageId`]), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 /// An incoming QoS 2 packet id awaiting PUBREL, with its message's digest.
@@ -122,6 +125,7 @@ impl HandedMessage {
             shared: d.shared.as_ref().map(|s| (s.group.to_string(), s.subscription.to_string())),
             packet_id,
             state,
+            id: m.id.map(|id| id.to_string()),
         }
     }
 
@@ -155,6 +159,10 @@ impl HandedMessage {
             }
             _ => return Err(bad("a packet id goes with a state")),
         };
+        let id = match &self.id {
+            Some(id) => Some(id.parse::<MessageId>().map_err(|()| bad("the id is not <instance>-<number>"))?),
+            None => None,
+        };
         let properties = MessageProperties {
             payload_format_indicator: self.pfi,
             content_type: self.content_type.as_deref().map(Arc::from),
@@ -178,6 +186,7 @@ impl HandedMessage {
                 client_id: self.from.as_deref().map(Arc::from),
                 node: Some(node.clone()),
             },
+            id,
         };
         let delivery = Delivery {
             message: Arc::new(message),
@@ -207,6 +216,7 @@ mod tests {
         );
         m.properties.correlation_data = Some(bytes::Bytes::from_static(b"cd"));
         m.properties.user_properties = vec![(Arc::from("k"), Arc::from("v"))];
+        m.id = Some(MessageId { instance: 0xfeed, seq: 12 });
         let delivery = Delivery {
             message: Arc::new(m),
             qos: QoS::ExactlyOnce,
@@ -234,6 +244,7 @@ mod tests {
             assert_eq!(r.delivery.message.origin.client_id.as_deref(), Some("pub"));
             assert_eq!(r.delivery.message.origin.node.as_deref(), Some("a"));
             assert_eq!(r.delivery.subscription_ids.as_slice(), [7]);
+            assert_eq!(r.delivery.message.id, e.delivery.message.id);
             assert!(r.delivery.message.retain && !r.delivery.retain);
         }
     }
@@ -243,7 +254,8 @@ mod tests {
         let node: Arc<str> = Arc::from("a");
         let good = HandedMessage::of(&entry(None), Instant::now());
         type Spoil = fn(&mut HandedMessage);
-        let cases: [(Spoil, &str); 6] = [
+        let cases: [(Spoil, &str); 7] = [
+            (|m| m.id = Some("12-x".into()), "the id is not"),
             (|m| m.topic = "a/+".into(), "a/+"),
             (|m| m.qos = 3, "QoS is 0, 1 or 2"),
             (|m| m.payload = "!!".into(), "not base64"),

@@ -16,6 +16,8 @@
 //! - [`registry`]: the session registry seam ([`registry::SessionRegistry`]) and its records.
 //! - [`session_record`]: a persistent session's copy in the cluster, for recovery after its
 //!   node died, and which journal changes must be in it before a packet leaves.
+//! - [`replay`]: what a recovered session gets from the durable stream (its checkpoint, the
+//!   ids it already had).
 //! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
 //! - [`content`]: content routing's seams to the cluster and its reach header.
 //! - [`relay`]: the relay's seams to the cluster and how addresses are named in NATS;
@@ -30,6 +32,7 @@ pub mod handover;
 pub mod registry;
 pub mod relay;
 pub mod relay_wire;
+pub mod replay;
 pub mod session_record;
 pub mod subject;
 #[cfg(test)]

@@ -45,6 +45,13 @@ pub struct SessionRecord {
     /// Its incoming QoS 2 packet ids awaiting PUBREL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incoming_qos2: Vec<HandedQos2>,
+    /// Where a replay of the durable stream starts, in milliseconds since the Unix epoch
+    /// ([`super::replay`]); `None` (a record of an earlier version): no replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_ms: Option<u64>,
+    /// The ids ([`crate::model::MessageId`]) of the messages it finished since the checkpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finished: Vec<String>,
 }
 
 impl SessionRecord {
@@ -160,6 +167,8 @@ mod tests {
             }],
             messages: Vec::new(),
             incoming_qos2: vec![HandedQos2 { packet_id: 4, digest: Some(1) }],
+            checkpoint_ms: Some(500),
+            finished: vec!["0000000000000007-3".into()],
         }
     }
 

@@ -100,6 +100,44 @@ pub struct Message {
     pub expires_at: Option<Instant>,
     /// Who published it.
     pub origin: Origin,
+    /// Its identity in the cluster's durable stream of QoS 1/2 messages, when it was stored
+    /// there (set by the publishing node, carried by every copy between nodes), so that a
+    /// session recovered on another node can tell what it already had.
+    pub id: Option<MessageId>,
+}
+
+/// A QoS 1/2 message's identity in the cluster: the storing node's process instance and the
+/// message's store number there (the stream's `Nats-Msg-Id`, `<instance as 16 hex>-<number>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId {
+    /// The node instance (random at its start).
+    pub instance: u64,
+    /// The store number on that instance.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for MessageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}-{}", self.instance, self.seq)
+    }
+}
+
+impl std::str::FromStr for MessageId {
+    type Err = ();
+
+    /// The form [`MessageId`]'s `Display` writes; nothing else.
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let (instance, seq) = s.split_once('-').ok_or(())?;
+        if instance.len() != 16 || !instance.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(());
+        }
+        if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(());
+        }
+        let instance = u64::from_str_radix(instance, 16).map_err(|_| ())?;
+        let seq = seq.parse().map_err(|_| ())?;
+        Ok(MessageId { instance, seq })
+    }
 }
 
 impl Message {
@@ -113,6 +151,7 @@ impl Message {
             properties: MessageProperties::default(),
             expires_at: None,
             origin,
+            id: None,
         }
     }
 

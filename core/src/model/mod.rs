@@ -21,6 +21,6 @@ mod qos;
 mod session;
 
 pub use delivery::{Delivery, SharedRoute, SubscriptionIds, Will};
-pub use message::{Message, MessageProperties, NodeId, Origin, SessionId, digest};
+pub use message::{Message, MessageId, MessageProperties, NodeId, Origin, SessionId, digest};
 pub use qos::{QoS, RetainHandling, SubscribeOptions};
 pub use session::{ClientInfo, Kick, Namespace, SessionExpiry, SessionKey};
