@@ -168,11 +168,13 @@ async fn agree_on_key(
 
 /// The jti of an ended session's subject, if it is one a session could carry.
 fn jti_of(subject: &str) -> Option<&str> {
-    let jti = subject.strip_prefix(REVOKED_PREFIX)?;
-    let valid = !jti.is_empty()
-        && jti.len() <= 64
-        && jti.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
-    valid.then_some(jti)
+    subject.strip_prefix(REVOKED_PREFIX).filter(|jti| is_jti(jti))
+}
+
+/// Whether `jti` is one a session could carry (base64url, at most 64 characters): a single
+/// subject token.
+fn is_jti(jti: &str) -> bool {
+    !jti.is_empty() && jti.len() <= 64 && jti.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
 }
 
 struct Logins {
@@ -234,7 +236,7 @@ impl Logins {
     async fn publish_local(&mut self) {
         let mine = self.sessions.revocations(SystemTime::now());
         for (jti, exp) in mine {
-            if self.known.contains_key(&jti) || jti_of(&format!("{REVOKED_PREFIX}{jti}")).is_none() {
+            if self.known.contains_key(&jti) || !is_jti(&jti) {
                 continue;
             }
             let stored = async {
