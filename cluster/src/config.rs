@@ -48,7 +48,8 @@ pub struct ClusterConfig {
     /// How long this node goes on serving its clients alone after losing NATS, in
     /// milliseconds: past it, it closes their connections (MQTT 5: DISCONNECT 0x9C Use another
     /// server) so that they reconnect, through the load balancer, to a node that is still in
-    /// the cluster. 0: never.
+    /// the cluster. Lease renewals failing with NATS up (the minority side of a partition)
+    /// count as a loss too. 0: never.
     #[serde(default = "default_nats_lost_close_ms")]
     pub nats_lost_close_ms: u64,
     /// How long start-up waits for the retained messages already in the stream to be loaded

@@ -264,7 +264,8 @@ impl Cluster {
             client: client.clone(),
         };
         let wills_kv = wills.wills.clone();
-        let will_tasks = wills::start(wills, broker, me.clone(), stats.clone()).await?;
+        let renewals = Arc::new(lost::Renewals::default());
+        let will_tasks = wills::start(wills, broker, me.clone(), renewals.clone(), stats.clone()).await?;
         let mut tasks = vec![
             store_task,
             tokio::spawn(receiver.run()),
@@ -273,6 +274,7 @@ impl Cluster {
             tokio::spawn(retained::store_loop(js, broker.clone(), me.clone(), retained_rx, stats.clone())),
             tokio::spawn(lost::watch(
                 client.clone(),
+                renewals,
                 broker.clone(),
                 Duration::from_millis(config.nats_lost_close_ms),
                 stats.clone(),

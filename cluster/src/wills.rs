@@ -47,6 +47,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::live::Identity;
+use crate::lost::Renewals;
 use crate::stats::ClusterStats;
 use crate::wire::{self, ExpiryAs};
 
@@ -156,6 +157,7 @@ pub(crate) async fn start(
     buckets: Wills,
     broker: &Arc<Broker>,
     me: Identity,
+    renewals: Arc<Renewals>,
     stats: Arc<ClusterStats>,
 ) -> Result<Vec<JoinHandle<()>>, crate::StartError> {
     let buckets = Arc::new(buckets);
@@ -176,7 +178,7 @@ pub(crate) async fn start(
     }));
     Ok(vec![
         tokio::spawn(write_loop(buckets.clone(), me.clone(), changes, stats.clone())),
-        tokio::spawn(heartbeat(buckets.clone(), me.clone(), lease, stats.clone())),
+        tokio::spawn(heartbeat(buckets.clone(), me.clone(), lease, renewals, stats.clone())),
         tokio::spawn(watch_leases(buckets, broker.clone(), me, stats)),
     ])
 }
@@ -233,13 +235,30 @@ async fn write_loop(
     }
 }
 
-async fn heartbeat(buckets: Arc<Wills>, me: Identity, lease: Lease, stats: Arc<ClusterStats>) {
+async fn heartbeat(
+    buckets: Arc<Wills>,
+    me: Identity,
+    lease: Lease,
+    renewals: Arc<Renewals>,
+    stats: Arc<ClusterStats>,
+) {
     let mut tick = tokio::time::interval(buckets.lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if buckets.nodes.put(&*me.node, encode_lease(&lease)).await.is_err() {
-            ClusterStats::add(&stats.lease_errors, 1);
+        let attempt = tokio::time::Instant::now();
+        match buckets.nodes.put(&*me.node, encode_lease(&lease)).await {
+            Ok(_) => renewals.renewed(),
+            Err(e) => {
+                ClusterStats::add(&stats.lease_errors, 1);
+                if renewals.failed(attempt) {
+                    tracing::warn!(
+                        error = %e,
+                        "cluster: this node's lease cannot be renewed (JetStream unreachable or \
+                         without a quorum: the minority side of a partition?)"
+                    );
+                }
+            }
         }
     }
 }

@@ -1,12 +1,17 @@
 //! Three real `nats-server -js` processes clustered on loopback ports (JetStream with a meta
 //! leader, so streams can have three replicas), each with its own store directory, killed
 //! when dropped. A missing nats-server fails the test with instructions.
+//!
+//! [`NatsCluster::start_partitionable`] routes every server-to-server connection through a TCP
+//! relay in the test, so that a server can be cut off from the other two (a network partition
+//! on loopback, without firewall rules) and joined again.
 
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::within;
 
@@ -16,6 +21,33 @@ pub struct NatsCluster {
     /// The client URLs, `nats://127.0.0.1:<port>`, one per server.
     pub urls: Vec<String>,
     _dirs: Vec<tempfile::TempDir>,
+    /// Per server, whether its routes are cut (only with relayed routes).
+    cuts: Vec<watch::Sender<bool>>,
+}
+
+/// Relays connections from `listener` to `target` while `cut` is false: cutting closes every
+/// relayed connection at once, and a connection that arrives while cut is closed unanswered.
+async fn relay_route(
+    listener: TcpListener,
+    target: u16,
+    from: watch::Receiver<bool>,
+    to: watch::Receiver<bool>,
+) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else { return };
+        let (mut from, mut to) = (from.clone(), to.clone());
+        tokio::spawn(async move {
+            if *from.borrow() || *to.borrow() {
+                return;
+            }
+            let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await else { return };
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                _ = from.wait_for(|cut| *cut) => {}
+                _ = to.wait_for(|cut| *cut) => {}
+            }
+        });
+    }
 }
 
 fn free_port() -> u16 {
@@ -26,17 +58,51 @@ impl NatsCluster {
     /// Starts three servers routed to each other and waits until JetStream has elected its
     /// meta leader.
     pub async fn start() -> NatsCluster {
+        NatsCluster::start_with(false).await
+    }
+
+    /// Like [`NatsCluster::start`], with every route between two servers relayed through the
+    /// test, so that [`NatsCluster::isolate`] can cut a server off.
+    pub async fn start_partitionable() -> NatsCluster {
+        NatsCluster::start_with(true).await
+    }
+
+    async fn start_with(relayed: bool) -> NatsCluster {
         let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-        let routes = ports.iter().map(|(_, c)| format!("nats://127.0.0.1:{c}")).collect::<Vec<_>>().join(",");
+        let cuts: Vec<watch::Sender<bool>> = (0..3).map(|_| watch::channel(false).0).collect();
+        // Server i's routes: straight to every cluster port, or through one relay per other
+        // server. Relayed servers advertise a port nobody listens on, so that the routes they
+        // learn from each other (gossip) cannot bypass the relays.
+        let mut routes = Vec::new();
+        for i in 0..3 {
+            let mut mine = Vec::new();
+            for (j, (_, cport)) in ports.iter().enumerate() {
+                if !relayed {
+                    mine.push(format!("nats://127.0.0.1:{cport}"));
+                } else if i != j {
+                    let listener = TcpListener::bind("127.0.0.1:0").await.expect("relay port");
+                    mine.push(format!("nats://127.0.0.1:{}", listener.local_addr().unwrap().port()));
+                    tokio::spawn(relay_route(listener, *cport, cuts[i].subscribe(), cuts[j].subscribe()));
+                }
+            }
+            routes.push(mine.join(","));
+        }
+        let nowhere = free_port();
         let (tx, mut leader) = mpsc::unbounded_channel::<String>();
         let mut children = Vec::new();
         let mut dirs = Vec::new();
         for (i, (port, cport)) in ports.iter().enumerate() {
             let dir = tempfile::tempdir().expect("temp dir");
-            let mut child = Command::new("nats-server")
+            let mut command = Command::new("nats-server");
+            command
                 .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-n", &format!("n{i}")])
                 .args(["--cluster_name", "mesgd-test", "--cluster", &format!("nats://127.0.0.1:{cport}")])
-                .args(["--routes", &routes, "-sd"])
+                .args(["--routes", &routes[i]]);
+            if relayed {
+                command.args(["--cluster_advertise", &format!("127.0.0.1:{nowhere}")]);
+            }
+            let mut child = command
+                .arg("-sd")
                 .arg(dir.path())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -62,7 +128,20 @@ impl NatsCluster {
         }
         within("the NATS cluster's JetStream meta leader", leader.recv()).await.expect("a server's log");
         let urls = ports.iter().map(|(p, _)| format!("nats://127.0.0.1:{p}")).collect();
-        NatsCluster { children, urls, _dirs: dirs }
+        NatsCluster { children, urls, _dirs: dirs, cuts }
+    }
+
+    /// Cuts server `i` off from the other two (a partition: `i` alone on the minority side).
+    /// Only for a cluster started with [`NatsCluster::start_partitionable`].
+    pub fn isolate(&self, i: usize) {
+        self.cuts[i].send_replace(true);
+    }
+
+    /// Ends every partition: the servers route to each other again.
+    pub fn heal(&self) {
+        for cut in &self.cuts {
+            cut.send_replace(false);
+        }
     }
 
     /// Kills server `i` with SIGKILL, now.
