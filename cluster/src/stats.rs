@@ -172,6 +172,9 @@ pub struct ClusterStats {
     pub replay_skipped: AtomicU64,
     /// Stored messages a replay left out because they had expired.
     pub replay_expired: AtomicU64,
+    /// Stored messages a replay found but the session's queue limits dropped (its client did
+    /// not make room within the replay's wait, or it went offline with a full queue).
+    pub replay_dropped: AtomicU64,
     /// Replays ended by a bound (messages, bytes, time) before the end of the stream.
     pub replay_truncated: AtomicU64,
     /// Replays that could not read the stream (or the session was gone before it ended).
@@ -592,6 +595,12 @@ impl ClusterStats {
                 "Stored messages a replay left out because they had expired",
                 Counter,
                 get(&self.replay_expired),
+            ),
+            (
+                "replay_dropped",
+                "Stored messages a replay found that the session's queue limits dropped",
+                Counter,
+                get(&self.replay_dropped),
             ),
             (
                 "replay_truncated",

@@ -22,6 +22,7 @@ use mesgd_core::cluster::replay::{Replay, Replayed};
 use mesgd_core::cluster::session_record::SessionRecord;
 use mesgd_core::cluster::subject::DURABLE;
 use mesgd_core::model::{Delivery, MessageId, SessionKey, SubscribeOptions};
+use mesgd_core::session::Enqueued;
 use mesgd_core::topic::SubscriptionFilter;
 use tokio::sync::watch;
 
@@ -36,8 +37,17 @@ const MAX_READ: usize = 100_000;
 const MAX_GIVEN: usize = 10_000;
 /// How many payload bytes one replay gives the session at most.
 const MAX_BYTES: usize = 64 << 20;
-/// How long one replay may take, from the recovery on.
+/// How long one replay may take to find its messages, from the recovery on.
 const MAX_TIME: Duration = Duration::from_secs(20);
+/// How long the replay waits, in all, for the client to make room in a full queue. The replay
+/// gives its messages as the client takes them, not all at once: a few thousand found messages
+/// would otherwise meet the session's `max_queued_messages` before the client has read any,
+/// and be dropped although the client is online and reading. Past this wait (a client that
+/// stopped reading, or went offline) the rest is given as a single node would give it: the
+/// queue limits apply, and what they drop is counted (`replay_dropped`).
+const ROOM_WAIT: Duration = Duration::from_secs(10);
+/// How often the replay looks whether a full queue has room again.
+const ROOM_POLL: Duration = Duration::from_millis(5);
 /// How long the replay waits for the next stored message.
 const NEXT_WAIT: Duration = Duration::from_secs(5);
 /// How often the replay looks whether the recovered session's client is attached.
@@ -89,7 +99,15 @@ impl Replayer {
         let (me, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
-            let ran = tokio::time::timeout(MAX_TIME, me.run(&id, checkpoint_ms, &finished, replay)).await;
+            let ran =
+                match tokio::time::timeout(MAX_TIME, me.find(&id, checkpoint_ms, &finished, replay)).await {
+                    Ok(Ok((found, ended))) => match me.give(&id, found).await {
+                        Ok(()) => Ok(ended),
+                        Err(e) => Ok(Err(e)),
+                    },
+                    Ok(Err(e)) => Ok(Err(e)),
+                    Err(elapsed) => Err(elapsed),
+                };
             ClusterStats::add(&me.stats.replays, 1);
             match ran {
                 Ok(Ok(())) => {}
@@ -113,13 +131,15 @@ impl Replayer {
         });
     }
 
-    async fn run(
+    /// Reads the stream from the checkpoint for what the session did not have: the deliveries
+    /// found, and whether the read reached the stream's end.
+    async fn find(
         &self,
         id: &Arc<str>,
         checkpoint_ms: u64,
         finished: &[MessageId],
         mut replay: Replay,
-    ) -> Result<(), Ended> {
+    ) -> Result<(Vec<Delivery>, Result<(), Ended>), Ended> {
         let key = SessionKey::mqtt(&**id);
         // The client attached: the session is open here (its journal changes are this node's)
         // and its subscriptions are in the router.
@@ -164,20 +184,39 @@ impl Replayer {
         let read = self.read(&mut delivered, &mut replay, end, pending).await;
         let _ = delivered.unsubscribe().await;
         let _ = stream.delete_consumer(&name).await;
-        let (found, ended) = read;
         tokio::time::sleep(LAG).await;
+        Ok(read)
+    }
+
+    /// Gives the session what [`Replayer::find`] found, in stream order, as its client makes
+    /// room (see [`ROOM_WAIT`]).
+    async fn give(&self, id: &Arc<str>, found: Vec<Delivery>) -> Result<(), Ended> {
+        let key = SessionKey::mqtt(&**id);
         let broker = self.broker.upgrade().ok_or_else(|| Ended::Failed("shutting down".into()))?;
         let session = broker.session(&key).ok_or_else(|| Ended::Failed("the session is gone".into()))?;
+        drop(broker);
+        let mut waited = Duration::ZERO;
         for delivery in found {
+            while waited < ROOM_WAIT && session.is_online() && !session.has_room_for(&delivery) {
+                let before = tokio::time::Instant::now();
+                tokio::time::sleep(ROOM_POLL).await;
+                waited += before.elapsed();
+            }
             // Received live meanwhile (its copy came through the node's subscriptions).
             if delivery.message.id.is_some_and(|mid| self.copies.has(id, mid)) {
                 ClusterStats::add(&self.stats.replay_skipped, 1);
                 continue;
             }
-            session.enqueue_journaled(delivery, false, 0);
-            ClusterStats::add(&self.stats.replayed, 1);
+            match session.enqueue_journaled(delivery, false, 0).0 {
+                Enqueued::Queued | Enqueued::QueuedDroppingOldest => {
+                    ClusterStats::add(&self.stats.replayed, 1)
+                }
+                Enqueued::Dropped | Enqueued::OverBudget => ClusterStats::add(&self.stats.replay_dropped, 1),
+                // No longer readable (its ACL changed meanwhile), or the session ended.
+                Enqueued::Filtered => {}
+            }
         }
-        ended
+        Ok(())
     }
 
     /// Reads what the consumer pushes up to stream sequence `end`: the deliveries of what the

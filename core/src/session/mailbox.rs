@@ -94,6 +94,13 @@ impl Mailbox {
         self.queue.iter()
     }
 
+    /// Whether a delivery of `weight` bytes fits without dropping anything (one always fits an
+    /// empty queue by bytes, however large).
+    pub(super) fn fits(&self, weight: usize) -> bool {
+        self.queue.len() < self.limits.max_messages
+            && (self.queue.is_empty() || self.bytes + weight <= self.limits.max_bytes)
+    }
+
     /// Makes room for a delivery of `weight` bytes and `qos`, dropping the oldest QoS 0 messages
     /// first. Returns what the push will be (`Queued` or `QueuedDroppingOldest`), or `Dropped`
     /// when only QoS 1/2 messages are left and the new one does not fit (counted). `online`
@@ -105,9 +112,7 @@ impl Mailbox {
             return Enqueued::Dropped;
         }
         let mut outcome = Enqueued::Queued;
-        while self.queue.len() >= self.limits.max_messages
-            || (!self.queue.is_empty() && self.bytes + weight > self.limits.max_bytes)
-        {
+        while !self.fits(weight) {
             // QoS 0 messages are never journalled, so dropping one needs no record.
             match self.queue.iter().position(|q| q.delivery.qos == QoS::AtMostOnce) {
                 Some(oldest_qos0) => {

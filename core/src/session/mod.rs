@@ -466,6 +466,12 @@ impl Session {
         (outcome, seq)
     }
 
+    /// Whether `delivery` would be queued now without the queue limits dropping anything (for
+    /// a producer that can wait for the client to make room).
+    pub fn has_room_for(&self, delivery: &Delivery) -> bool {
+        self.state().mailbox.fits(delivery.weight())
+    }
+
     /// How many messages wait in the queue.
     pub fn queue_len(&self) -> usize {
         self.state().mailbox.len()
