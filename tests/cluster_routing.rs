@@ -53,6 +53,34 @@ async fn clients_on_different_nodes_exchange_messages_at_every_qos() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_on_another_node_right_after_suback_arrives() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+    let mut subscriber = common::Raw::connected(a.addr, ProtocolVersion::V5, "subscriber").await;
+    let mut publisher = common::Raw::connected(b.addr, ProtocolVersion::V5, "publisher").await;
+    // Each round a filter no node has subscribed to yet, so that a needs a new NATS
+    // subscription for it; the publish follows the SUBACK at once, with no other wait.
+    for round in 0..20u16 {
+        let topic = format!("fresh/{round}");
+        subscriber.send(&subscribe_packet(round + 1, &topic, 0, true)).await;
+        match subscriber.recv().await {
+            Some(Packet::SubAck(ack)) => assert_eq!(ack.packet_id, round + 1),
+            other => panic!("expected SUBACK, got {other:?}"),
+        }
+        publisher
+            .send(&common::packets::publish_packet(&topic, 0, None, false, Some(&[]), b"right after"))
+            .await;
+        match subscriber.recv().await {
+            Some(Packet::Publish(p)) => {
+                assert_eq!((&*p.topic, &p.payload[..]), (&*topic, &b"right after"[..]))
+            }
+            other => panic!("round {round}: expected the message from b, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_subscriptions_get_one_copy_in_order_and_no_echo() {
     let nats = NatsServer::start().await;
     let a = node(&nats, "a", "").await;

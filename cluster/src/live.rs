@@ -26,7 +26,7 @@ use mesgd_core::trie::SubscriptionTrie;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::interest::{GroupTarget, InterestTable, QueueSub};
+use crate::interest::{GroupTarget, InterestTable, QueueSub, Synced};
 use crate::stats::ClusterStats;
 use crate::wire::{self, ExpiryAs};
 
@@ -279,6 +279,7 @@ impl Receiver {
         }
         if complete {
             self.synced.send_replace(generation);
+            self.interest.mark_synced(Synced::Plain, generation);
         }
         complete
     }
@@ -388,6 +389,7 @@ impl GroupReceiver {
                 complete &= server_caught_up(&self.client).await;
                 if complete {
                     self.synced.send_replace(generation);
+                    self.interest.mark_synced(Synced::Groups, generation);
                 } else {
                     tokio::time::sleep(RESUBSCRIBE_AFTER).await;
                 }

@@ -283,6 +283,11 @@ impl Router {
         removed
     }
 
+    /// The cluster layer's [`Interest`], once installed.
+    pub fn interest(&self) -> Option<&Arc<dyn Interest>> {
+        self.interest.get()
+    }
+
     /// Installs the cluster layer's [`Interest`] (once; later calls do nothing): it is told of
     /// every filter that has subscribers now, then of every change. All shards are locked while
     /// it is installed, so no change falls between the two.

@@ -66,6 +66,19 @@ pub trait Interest: Send + Sync + fmt::Debug {
     fn group_removed(&self, group: &str, filter: &TopicFilter) {
         let _ = (group, filter);
     }
+    /// The generation of the latest change the calls above made (it rises with each); 0 when
+    /// there was none. What [`Interest::poll_synced`] is asked about.
+    fn generation(&self) -> u64 {
+        0
+    }
+    /// Whether the cluster has confirmed the node's subscriptions as they stood at
+    /// `generation` (from then on, messages other nodes publish reach them); while not, `waker`
+    /// is woken when that may have changed. True when there is nothing to wait for (the
+    /// cluster cannot be reached: the subscription is local until it can).
+    fn poll_synced(&self, generation: u64, waker: &std::task::Waker) -> bool {
+        let _ = (generation, waker);
+        true
+    }
     /// Whether the cluster layer delivers `topic`'s messages to shared subscriptions itself
     /// (one member in the whole cluster per message): the router then leaves groups out of a
     /// local publish to it.

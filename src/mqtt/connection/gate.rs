@@ -5,7 +5,9 @@
 //! on a clustered node it is held in segments, one per store awaited, so that each packet leaves
 //! as soon as what it and the packets before it wait for is done, not when the last store is.
 //!
-//! On a clustered node the same gate holds a QoS 1/2 publish's PUBACK / PUBREC until the
+//! On a clustered node the same gate holds a SUBACK until the node's subscriptions are in place
+//! in NATS (so that messages published on other nodes right after it reach the client), and a
+//! QoS 1/2 publish's PUBACK / PUBREC until the
 //! cluster's message store (JetStream) has acknowledged the message
 //! (`mesgd_core::cluster::durable`): the connection keeps reading meanwhile, so its stores are
 //! pipelined, and its acknowledgements leave in order as the store's answers arrive. A store
@@ -32,10 +34,12 @@ pub(super) struct Held {
 }
 
 /// Output that must wait until journal sequence number `until` is on disk (0: nothing to wait
-/// for) and the cluster store has acknowledged the stores `stored.0..=stored.1`.
+/// for), the cluster store has acknowledged the stores `stored.0..=stored.1`, and the cluster
+/// has confirmed the node's subscriptions as of interest generation `interest` (0: nothing).
 struct Segment {
     until: u64,
     stored: Option<(u64, u64)>,
+    interest: u64,
     bytes: BytesMut,
 }
 
@@ -60,7 +64,7 @@ impl Held {
         let count = held.segments.len();
         let fresh = held.segments.back().is_none_or(|s| split && !s.bytes.is_empty() && count < MAX_SEGMENTS);
         if fresh {
-            held.segments.push_back(Segment { until: 0, stored: None, bytes: BytesMut::new() });
+            held.segments.push_back(Segment { until: 0, stored: None, interest: 0, bytes: BytesMut::new() });
         }
         held.segments.back_mut().expect("a segment")
     }
@@ -99,6 +103,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         });
     }
 
+    /// Holds all further output until the cluster has confirmed the node's subscriptions as of
+    /// interest generation `generation` (on a clustered node, for a SUBACK: the client may count
+    /// on other nodes' messages once it has it).
+    pub(super) fn hold_until_interest(&mut self, generation: u64) {
+        if generation == 0 {
+            return;
+        }
+        let segment = Held::requiring(&mut self.held, true);
+        segment.interest = segment.interest.max(generation);
+    }
+
     /// Releases held segments, in order, as far as they may go; returns whether nothing is held
     /// any more, or that some output never can go (a store failed).
     pub(super) fn release_gate(&mut self, cx: &mut Context<'_>) -> Result<bool, StoreFailed> {
@@ -110,6 +125,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     Stored::Failed => return Err(StoreFailed),
                     _ => return Ok(false),
                 }
+            }
+            if segment.interest > 0 {
+                let interest = self.core.ctx.broker.router().interest();
+                if interest.is_some_and(|i| !i.poll_synced(segment.interest, cx.waker())) {
+                    return Ok(false);
+                }
+                segment.interest = 0;
             }
             if segment.until > 0 {
                 if let Some(journal) = &self.journal {

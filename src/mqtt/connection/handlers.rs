@@ -333,6 +333,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             };
             codes.push(code);
         }
+        // On a clustered node, the SUBACK leaves once the node's new subscriptions are in
+        // place in NATS.
+        if let Some(interest) = self.core.ctx.broker.router().interest() {
+            self.hold_until_interest(interest.generation());
+        }
         self.write_packet(&Packet::SubAck(SubAck {
             packet_id: s.packet_id,
             reason_codes: codes,
