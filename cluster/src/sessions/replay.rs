@@ -185,7 +185,21 @@ impl Replayer {
         let _ = delivered.unsubscribe().await;
         let _ = stream.delete_consumer(&name).await;
         tokio::time::sleep(LAG).await;
-        Ok(read)
+        // Received live meanwhile (its copy came through the node's subscriptions). Checked
+        // now, once: what a session finished is remembered for a bounded window, so a check
+        // made later, after a long give, could miss a message the live path brought.
+        let (found, ended) = read;
+        let found = found
+            .into_iter()
+            .filter(|delivery| {
+                let had = delivery.message.id.is_some_and(|mid| self.copies.has(id, mid));
+                if had {
+                    ClusterStats::add(&self.stats.replay_skipped, 1);
+                }
+                !had
+            })
+            .collect();
+        Ok((found, ended))
     }
 
     /// Gives the session what [`Replayer::find`] found, in stream order, as its client makes
@@ -201,11 +215,6 @@ impl Replayer {
                 let before = tokio::time::Instant::now();
                 tokio::time::sleep(ROOM_POLL).await;
                 waited += before.elapsed();
-            }
-            // Received live meanwhile (its copy came through the node's subscriptions).
-            if delivery.message.id.is_some_and(|mid| self.copies.has(id, mid)) {
-                ClusterStats::add(&self.stats.replay_skipped, 1);
-                continue;
             }
             match session.enqueue_journaled(delivery, false, 0).0 {
                 Enqueued::Queued | Enqueued::QueuedDroppingOldest => {
