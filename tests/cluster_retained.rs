@@ -1,5 +1,6 @@
 //! Retained messages cluster-wide, over a real nats-server with JetStream: set on one node,
-//! seen from the others (and by a node started later), deleted everywhere by an empty payload.
+//! seen from the others (and by a node started later), deleted everywhere by an empty payload
+//! and by an operator's `DELETE /api/v1/retained/{topic}` on one node.
 
 mod common;
 
@@ -60,4 +61,33 @@ async fn retained_set_on_one_node_is_seen_everywhere_and_deleted_everywhere() {
     // And a node started after the deletion does not bring it back.
     let e = node(&nats, "e", "").await;
     assert!(has(&e, "state/lamp", None) && has(&e, "$app/state", Some(b"dollar")));
+
+    // An operator's DELETE /api/v1/retained/{topic} on one node clears it on every node.
+    let storage = common::auth::Storage::new();
+    let f = common::TestServer::start_on(
+        &storage,
+        &format!(
+            "[[listeners]]\nname = \"http\"\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n[auth]\n\
+             allow_anonymous = true\n[cluster]\nnode = \"f\"\nnats = [{:?}]\n",
+            nats.url
+        ),
+    )
+    .await;
+    assert!(has(&f, "$app/state", Some(b"dollar")));
+    storage.mesgd(&["admin", "add", "root", "--password-stdin"], "a long admin password\n").await;
+    let token = storage.mesgd(&["admin", "token", "create", "ops", "--scope", "admin"], "").await;
+    let http = f.server.as_ref().unwrap().local_addr("http").expect("http listener");
+    let answer = common::within(
+        "the API's answer",
+        reqwest::Client::new()
+            .delete(format!("http://{http}/api/v1/retained/%24app%2Fstate"))
+            .bearer_auth(token.trim())
+            .send(),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(answer.status(), reqwest::StatusCode::NO_CONTENT);
+    for n in [&a, &b, &c, &d, &e, &f] {
+        retained_until(n, "the operator's clear", |n| has(n, "$app/state", None)).await;
+    }
 }

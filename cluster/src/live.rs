@@ -16,12 +16,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::Client;
+use bytes::Bytes;
 use futures_util::StreamExt;
 use mesgd_core::broker::{Broker, Forward};
 use mesgd_core::cluster::dedupe::Dedupe;
 use mesgd_core::cluster::subject::{LIVE, subject_as_filter};
-use mesgd_core::model::Message;
-use mesgd_core::topic::TopicFilter;
+use mesgd_core::model::{Message, Origin, QoS};
+use mesgd_core::topic::{TopicFilter, TopicName};
 use mesgd_core::trie::SubscriptionTrie;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -60,6 +61,17 @@ impl Forward for Forwarder {
             ClusterStats::add(&self.stats.forward_queue_full, 1);
         }
         if message.retain && self.retained.try_send(message.clone()).is_err() {
+            ClusterStats::add(&self.stats.retained_queue_full, 1);
+        }
+    }
+
+    fn clear_retained(&self, topic: &TopicName) {
+        if node_local(topic) {
+            return;
+        }
+        // The stream's delete: an empty retained message, as a client's clear is stored.
+        let clear = Message::new(topic.clone(), Bytes::new(), QoS::AtMostOnce, true, Origin::BROKER);
+        if self.retained.try_send(Arc::new(clear)).is_err() {
             ClusterStats::add(&self.stats.retained_queue_full, 1);
         }
     }

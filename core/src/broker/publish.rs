@@ -42,6 +42,11 @@ pub fn is_reserved_topic(topic: &TopicName) -> bool {
 pub trait Forward: Send + Sync + fmt::Debug {
     /// Called once per message published here, after local routing.
     fn forward(&self, message: &Arc<Message>);
+    /// Called when an operator cleared the retained message of `topic` here (the REST API), so
+    /// that it is cleared on every node.
+    fn clear_retained(&self, topic: &TopicName) {
+        let _ = topic;
+    }
 }
 
 /// Proof that a client may publish to a topic: only [`Broker::authorize_publish`] makes one,
@@ -122,13 +127,16 @@ impl Broker {
     }
 
     /// Removes the retained message of `topic`, as an operator asks (the REST API): journalled
-    /// like a client's empty retained publish, but delivered to no subscriber. Returns whether
-    /// there was one.
+    /// like a client's empty retained publish, but delivered to no subscriber, and cleared on
+    /// every node of a cluster. Returns whether there was one here.
     pub fn clear_retained(&self, topic: &TopicName) -> bool {
         if !self.retained.remove(topic) {
             return false;
         }
         self.record(|| Change::Retained { topic: topic.clone(), message: None });
+        if let Some(forward) = self.forward.get() {
+            forward.clear_retained(topic);
+        }
         true
     }
 
