@@ -2,7 +2,9 @@
 //! clients are connected to it with wills (one of them had disconnected cleanly before, so its
 //! will must not go out); in-process nodes b and c, over a real nats-server. Exactly one of b
 //! and c takes a's lease over and sends the will of the client that was still connected, once,
-//! reading a's wills only (b and c keep wills of their own clients meanwhile).
+//! reading a's wills only (b and c keep wills of their own clients meanwhile); it also releases
+//! a's registry record of the clean session and keeps the persistent session's, which then
+//! resumes on b.
 
 mod common;
 #[path = "common/daemon.rs"]
@@ -87,11 +89,20 @@ async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lea
     // keep a will each of their own clients: the node taking a's lease must not read them.
     let mut polite = connected(on_a, "polite", "will/polite", b"polite gone").await;
     let _stays = connected(on_a, "stays", "will/stays", b"stays gone").await;
+    // A persistent session on a (expiry one hour): its registry record must outlive a, for the
+    // session to be resumed elsewhere from its copy.
+    let (_keeps, _) = common::persistent::connect_persistent(on_a, ProtocolVersion::V5, "keeps").await;
     let local = |s: &TestServer| std::net::SocketAddr::from(([127, 0, 0, 1], s.port()));
     let _on_b = connected(local(&b), "on-b", "will/on-b", b"on b gone").await;
     let _on_c = connected(local(&c), "on-c", "will/on-c", b"on c gone").await;
     polite.send(&packet(0xE0, &[])).await;
     polite.until_closed().await;
+    eventually("the registry to name a for stays and keeps, and its copy of keeps", || async {
+        let records = cluster(&b).registry_records().await.expect("registry readable");
+        ["stays", "keeps"].iter().all(|id| records.get(*id).is_some_and(|r| r.node == "a"))
+            && cluster(&b).session_record("keeps").await.expect("readable").is_some()
+    })
+    .await;
     eventually("a to keep exactly the will of its connected client, b and c theirs", || async {
         let mut kept = cluster(&b).kept_wills().await.expect("bucket readable");
         kept.sort();
@@ -114,4 +125,20 @@ async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lea
     assert_eq!(total(&[&b, &c], |s| &s.wills_unread), 0);
     // a's two keys (the will of `stays`, the delete marker of `polite`'s), none of b's or c's.
     assert_eq!(total(&[&b, &c], |s| &s.wills_scanned), 2, "only a's wills were read");
+    // The node that took a's lease released a's record of the clean session, and kept the
+    // persistent session's; b's and c's own clients keep theirs.
+    eventually("a's record of stays released", || async {
+        let records = cluster(&b).registry_records().await.expect("registry readable");
+        !records.contains_key("stays")
+    })
+    .await;
+    let records = cluster(&b).registry_records().await.expect("registry readable");
+    assert_eq!(records.get("keeps").map(|r| r.node.as_str()), Some("a"), "{records:?}");
+    assert_eq!(records.get("on-b").map(|r| r.node.as_str()), Some("b"));
+    assert_eq!(records.get("on-c").map(|r| r.node.as_str()), Some("c"));
+    assert_eq!(total(&[&b, &c], |s| &s.registry_swept), 1, "exactly one record released");
+    // The persistent session resumes on b from its copy, through the record kept.
+    let (_resumed, present) =
+        common::persistent::connect_persistent(local(&b), ProtocolVersion::V5, "keeps").await;
+    assert!(present, "keeps' session resumed on b");
 }

@@ -260,6 +260,7 @@ impl Cluster {
             .await
             .map_err(StartError::Registry)?,
             registry: registry_kv.clone(),
+            sessions: session_store.clone(),
             lease: Duration::from_millis(config.lease_ms),
             client: client.clone(),
         };

@@ -120,6 +120,9 @@ pub struct ClusterStats {
     pub registry_stale_requests: AtomicU64,
     /// Records deleted when a session ended here.
     pub registry_released: AtomicU64,
+    /// Registry records of a dead node released by the node that took over its lease (their
+    /// client ids had no session to resume).
+    pub registry_swept: AtomicU64,
     /// Deletes refused because a newer owner holds the record (this node was fenced).
     pub registry_fenced: AtomicU64,
     /// Deletes that failed or timed out (the record stays, naming this node).
@@ -427,6 +430,12 @@ impl ClusterStats {
                 "Takeover requests sent to a client's previous node",
                 Counter,
                 get(&self.registry_takeovers_sent),
+            ),
+            (
+                "registry_swept",
+                "Registry records of a dead node released by the node that took over its lease",
+                Counter,
+                get(&self.registry_swept),
             ),
             (
                 "registry_owner_gone",

@@ -40,7 +40,7 @@ use mesgd_core::acl::{Acl, Rule};
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
 use mesgd_core::cluster::wills::WillKeeper;
-use mesgd_core::model::Will;
+use mesgd_core::model::{SessionKey, Will};
 use mesgd_core::topic::TopicName;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -48,6 +48,7 @@ use tokio::task::JoinHandle;
 
 use crate::live::Identity;
 use crate::lost::Renewals;
+use crate::sessions::store::SessionStore;
 use crate::stats::ClusterStats;
 use crate::wire::{self, ExpiryAs};
 
@@ -146,6 +147,9 @@ pub(crate) struct Wills {
     pub(crate) wills: kv::Store,
     pub(crate) nodes: kv::Store,
     pub(crate) registry: kv::Store,
+    /// The persistent sessions' copies: a dead node's registry records of sessions that can
+    /// still be resumed are kept.
+    pub(crate) sessions: Arc<SessionStore>,
     pub(crate) lease: Duration,
     /// For the inboxes of the consumers that read one node's wills.
     pub(crate) client: async_nats::Client,
@@ -177,6 +181,14 @@ pub(crate) async fn start(
         stats: stats.clone(),
     }));
     Ok(vec![
+        tokio::spawn(sweep_registry_of(
+            buckets.clone(),
+            broker.clone(),
+            me.node.to_string(),
+            me.instance,
+            true,
+            stats.clone(),
+        )),
         tokio::spawn(write_loop(buckets.clone(), me.clone(), changes, stats.clone())),
         tokio::spawn(heartbeat(buckets.clone(), me.clone(), lease, renewals, stats.clone())),
         tokio::spawn(watch_leases(buckets, broker.clone(), me, stats)),
@@ -315,10 +327,52 @@ async fn watch_leases(buckets: Arc<Wills>, broker: Arc<Broker>, me: Identity, st
                             ClusterStats::add(&stats.leases_taken, 1);
                             tracing::warn!(node = %node, "cluster: node lease expired; taking it over and sending its clients' wills");
                             fire_wills_of(&buckets, &broker, &stats, &node, None).await;
+                            tokio::spawn(sweep_registry_of(
+                                buckets.clone(),
+                                broker.clone(),
+                                node.clone(),
+                                lease.instance,
+                                false,
+                                stats.clone(),
+                            ));
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+/// Releases the registry records the dead `node` left (at `instance`, or at any instance but
+/// `instance` with `restarted`: this node's own previous runs), but those of sessions that can
+/// still be resumed ([`crate::registry::sweep`]).
+async fn sweep_registry_of(
+    buckets: Arc<Wills>,
+    broker: Arc<Broker>,
+    node: String,
+    instance: u64,
+    restarted: bool,
+    stats: Arc<ClusterStats>,
+) {
+    let instance = format!("{instance:016x}");
+    let dead =
+        |r: &mesgd_core::cluster::registry::Record| r.node == node && (r.instance == instance) != restarted;
+    let held = |id: &str| broker.session(&SessionKey::mqtt(id)).is_some();
+    let swept = crate::registry::sweep::release_dead(
+        &buckets.registry,
+        &buckets.client,
+        &buckets.sessions,
+        dead,
+        held,
+        &stats,
+    )
+    .await;
+    match swept {
+        Ok(released) => {
+            tracing::info!(node = %node, released, "cluster: released a dead node's registry records")
+        }
+        Err(e) => {
+            tracing::warn!(node = %node, error = e, "cluster: cannot release a dead node's registry records")
         }
     }
 }

@@ -21,6 +21,7 @@
 
 pub(crate) mod handover;
 mod holdings;
+pub(crate) mod sweep;
 mod takeover;
 
 use std::sync::{Arc, Weak};

@@ -79,6 +79,24 @@ impl SessionStore {
         }))
     }
 
+    /// Whether the stored record of `kv_key` is a session that can still be resumed (its node
+    /// is gone); one that expired is deleted (at its revision: a newer write wins). An error
+    /// reading it counts as resumable, so that nothing is released on a guess.
+    pub(crate) async fn resumable(&self, kv_key: &str) -> bool {
+        match self.read(kv_key).await {
+            Ok(Some((revision, Some(record)))) if record.expired(now_ms()) => {
+                let _ = tokio::time::timeout(
+                    self.timeout,
+                    self.kv.delete_expect_revision(kv_key, Some(revision)),
+                )
+                .await;
+                false
+            }
+            Ok(Some((_, Some(_)))) | Err(_) => true,
+            Ok(Some((_, None))) | Ok(None) => false,
+        }
+    }
+
     /// Writes `value` (a record; `None` deletes) for client id `id` held at registry revision
     /// `registry_revision`, unless the stored record comes from a newer claim.
     async fn put(
