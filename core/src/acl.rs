@@ -274,6 +274,12 @@ struct Compiled {
     read: Box<[Entry]>,
     /// The rules that decide writes (write, readwrite, deny), in order.
     write: Box<[Entry]>,
+    /// The most levels of any read rule (for [`Acl::allows_subscribe`]; substitution does not
+    /// change a level count).
+    max_levels: usize,
+    /// The levels of read rules without variables that could collide with a fresh level of
+    /// [`Acl::allows_subscribe`] (those starting with `x`; usually none).
+    x_levels: Box<[Box<str>]>,
 }
 
 /// The compiled rule sets that some client still holds, by rule list. An entry leaves when its
@@ -316,7 +322,22 @@ impl Compiled {
                 write.push(entry);
             }
         }
-        Compiled { rules: Arc::from(rules), read: read.into(), write: write.into() }
+        Compiled::of_entries(Arc::from(rules), read.into(), write.into())
+    }
+
+    fn of_entries(rules: Arc<[Rule]>, read: Box<[Entry]>, write: Box<[Entry]>) -> Compiled {
+        let max_levels = read.iter().map(Entry::level_count).max().unwrap_or(0);
+        let x_levels = read
+            .iter()
+            .filter_map(|e| match &e.pattern {
+                Pattern::Filter(filter) => Some(filter.levels()),
+                Pattern::Template(_) => None,
+            })
+            .flatten()
+            .filter(|l| l.starts_with('x'))
+            .map(Box::from)
+            .collect();
+        Compiled { rules, read, write, max_levels, x_levels }
     }
 }
 
@@ -350,6 +371,9 @@ enum Pattern {
 /// stand in (a value has no `/`, `+`, `#`), so the only thing a binding can change besides the
 /// text is its length, checked against [`MAX_TOPIC_LEN`] at each match.
 struct Template {
+    /// The pattern's text before its first variable or wildcard: every topic the pattern
+    /// matches starts with it, so most topics are told apart without looking further.
+    prefix: Box<str>,
     levels: Box<[Level]>,
     /// The pattern's length without its `%u` and `%c`.
     fixed_len: usize,
@@ -427,7 +451,12 @@ impl Pattern {
             }
         }
         close(level);
+        let prefix = match pieces.first() {
+            Some(Piece::Text(text)) => &text[..text.find(['+', '#']).unwrap_or(text.len())],
+            _ => "",
+        };
         Some(Pattern::Template(Arc::new(Template {
+            prefix: prefix.into(),
             levels: levels.into(),
             fixed_len: pieces.iter().map(|p| if let Piece::Text(t) = p { t.len() } else { 0 }).sum(),
             users: count(Var::User),
@@ -453,7 +482,7 @@ impl Template {
 
     /// [`TopicFilter::matches_str`] of the substituted pattern, without substituting.
     fn matches(&self, bound: &Bound, topic: &str) -> bool {
-        if !self.in_force(bound) {
+        if !topic.starts_with(&*self.prefix) || !self.in_force(bound) {
             return false;
         }
         // A value never starts with a wildcard, so only the pattern's own first level counts.
@@ -478,12 +507,13 @@ impl Template {
         topic_levels.next().is_none()
     }
 
-    /// The substituted filter, for the checks that read a rule's levels.
-    fn resolve(&self, bound: &Bound) -> Option<TopicFilter> {
+    /// Appends the substituted filter to `text`, for the checks that read a rule's levels; false
+    /// (and nothing appended) when the rule is not in force for this client. What it appends is
+    /// a valid filter: the probe substitution was, and the length is checked.
+    fn resolve_into(&self, bound: &Bound, text: &mut String) -> bool {
         if !self.in_force(bound) {
-            return None;
+            return false;
         }
-        let mut text = String::new();
         for (i, level) in self.levels.iter().enumerate() {
             if i > 0 {
                 text.push('/');
@@ -494,7 +524,7 @@ impl Template {
                 Level::Exact(pieces) => pieces.iter().for_each(|p| text.push_str(bound.value_of(p))),
             }
         }
-        TopicFilter::try_from(text).ok()
+        true
     }
 }
 
@@ -520,27 +550,52 @@ impl Bound {
         rest.is_empty()
     }
 
-    /// The read rules as filters for this client, rules that match nothing left out: the form
-    /// that the subscribe checks reason about.
-    fn read_filters(&self) -> Resolved<'_> {
-        self.rules
-            .read
-            .iter()
-            .filter_map(|entry| {
-                let filter = match &entry.pattern {
-                    Pattern::Filter(filter) => Cow::Borrowed(filter),
-                    Pattern::Template(template) => Cow::Owned(template.resolve(self)?),
-                };
-                Some((filter, entry.allow))
-            })
-            .collect()
+    /// The text of a rule's filter for this client, substituted into `buf` if need be, or
+    /// `None` if the rule matches nothing for this client: the form that the subscribe checks
+    /// reason about.
+    fn text_of<'b>(&self, entry: &'b Entry, buf: &'b mut String) -> Option<&'b str> {
+        match &entry.pattern {
+            Pattern::Filter(filter) => Some(filter.as_str()),
+            Pattern::Template(template) => {
+                buf.clear();
+                if template.resolve_into(self, buf) { Some(buf.as_str()) } else { None }
+            }
+        }
+    }
+
+    /// The levels of this client's substituted read rules that start with `x` (see
+    /// [`Compiled::x_levels`]); usually none, and then nothing is allocated.
+    fn template_x_levels(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for entry in self.rules.read.iter() {
+            let Pattern::Template(template) = &entry.pattern else { continue };
+            if !template.in_force(self) {
+                continue;
+            }
+            for level in template.levels.iter() {
+                let Level::Exact(pieces) = level else { continue };
+                if pieces.first().is_some_and(|p| self.value_of(p).starts_with('x')) {
+                    out.push(pieces.iter().map(|p| self.value_of(p)).collect());
+                }
+            }
+        }
+        out
+    }
+
+    /// The first-match rule over the text of a topic, as [`Acl::allows`] reads.
+    fn first_match_allows(&self, topic: &str) -> bool {
+        self.rules.read.iter().find(|entry| entry.matches(self, topic)).is_some_and(|entry| entry.allow)
     }
 }
 
-/// Read rules resolved for one client: the filter and whether it allows.
-type Resolved<'a> = SmallVec<[(Cow<'a, TopicFilter>, bool); 16]>;
-
 impl Entry {
+    fn level_count(&self) -> usize {
+        match &self.pattern {
+            Pattern::Filter(filter) => filter.level_count(),
+            Pattern::Template(template) => template.levels.len(),
+        }
+    }
+
     fn matches(&self, bound: &Bound, topic: &str) -> bool {
         match &self.pattern {
             Pattern::Filter(filter) => filter.matches_str(topic),
@@ -631,11 +686,13 @@ impl Acl {
         if let Some(topic) = filter.to_topic_name() {
             return self.allows(Access::Read, &topic);
         }
-        for (pattern, allow) in bound.read_filters() {
-            if covers(&pattern, filter) {
-                return allow;
+        let mut text = String::new();
+        for entry in bound.rules.read.iter() {
+            let Some(pattern) = bound.text_of(entry, &mut text) else { continue };
+            if covers(pattern, filter) {
+                return entry.allow;
             }
-            if !allow && may_intersect(&pattern, filter) {
+            if !entry.allow && may_intersect(pattern, filter) {
                 return false;
             }
         }
@@ -701,15 +758,22 @@ impl Acl {
         if let Some(topic) = filter.to_topic_name() {
             return self.allows(Access::Read, &topic);
         }
-        let read = bound.read_filters();
+        let compiled = &bound.rules;
         let filter_levels: Levels<'_> = filter.levels().collect();
-        let rule_max = read.iter().map(|(pattern, _)| pattern.level_count()).max().unwrap_or(0);
-        let max_levels = rule_max.max(filter_levels.len());
-        let rule_literals = read.iter().flat_map(|(pattern, _)| pattern.levels());
-        let fresh = fresh_level(filter_levels.iter().copied().chain(rule_literals));
+        let max_levels = compiled.max_levels.max(filter_levels.len());
+        let template_x_levels = bound.template_x_levels();
+        let fresh = fresh_level(
+            filter_levels
+                .iter()
+                .copied()
+                .chain(compiled.x_levels.iter().map(|l| &**l))
+                .chain(template_x_levels.iter().map(String::as_str)),
+        );
         let mut candidate = String::new();
-        for (pattern, _) in read.iter().filter(|(_, allow)| *allow) {
-            let rule_levels: Levels<'_> = pattern.levels().collect();
+        let mut text = String::new();
+        for entry in compiled.read.iter().filter(|entry| entry.allow) {
+            let Some(pattern) = bound.text_of(entry, &mut text) else { continue };
+            let rule_levels: Levels<'_> = pattern.split('/').collect();
             let (filter_min, filter_max) = length_range(&filter_levels, max_levels + 1);
             let (rule_min, rule_max) = length_range(&rule_levels, max_levels + 1);
             for len in filter_min.max(rule_min)..=filter_max.min(rule_max) {
@@ -718,7 +782,7 @@ impl Acl {
                 if candidate.is_empty() {
                     continue;
                 }
-                if filter.matches_str(&candidate) && first_match_allows(&read, &candidate) {
+                if filter.matches_str(&candidate) && bound.first_match_allows(&candidate) {
                     return true;
                 }
             }
@@ -791,8 +855,8 @@ fn substituted_filter(rule: &Rule, username: Option<&str>, client_id: &str) -> O
 
 /// Whether `pattern` matches every topic that `filter` matches (a sufficient test: some covers
 /// it does not see, such as `a/+` and `a/x` both inside `a/#`, need no special case).
-fn covers(pattern: &TopicFilter, filter: &TopicFilter) -> bool {
-    let mut p = pattern.levels();
+fn covers(pattern: &str, filter: &TopicFilter) -> bool {
+    let mut p = pattern.split('/');
     let mut f = filter.levels();
     for i in 0.. {
         match (p.next(), f.next()) {
@@ -818,8 +882,8 @@ fn covers(pattern: &TopicFilter, filter: &TopicFilter) -> bool {
 /// Whether some topic may be matched by both filters: false only when none can be (a literal
 /// differs, or the lengths cannot meet). Answering true for `$` topics that a leading wildcard
 /// would in fact exclude is allowed: callers only lose a shortcut.
-fn may_intersect(a: &TopicFilter, b: &TopicFilter) -> bool {
-    let mut a = a.levels();
+fn may_intersect(a: &str, b: &TopicFilter) -> bool {
+    let mut a = a.split('/');
     let mut b = b.levels();
     loop {
         match (a.next(), b.next()) {
@@ -833,11 +897,6 @@ fn may_intersect(a: &TopicFilter, b: &TopicFilter) -> bool {
 
 /// The levels of a filter; inline up to a depth that covers real filters.
 type Levels<'a> = SmallVec<[&'a str; 16]>;
-
-/// The first-match rule over the text of a topic.
-fn first_match_allows(read: &[(Cow<'_, TopicFilter>, bool)], topic: &str) -> bool {
-    read.iter().find(|(pattern, _)| pattern.matches_str(topic)).is_some_and(|(_, allow)| *allow)
-}
 
 /// A level equal to none of `levels` and not starting with `$`: the first of `x0`, `x1`, ...
 /// that is not taken. Only levels of that shape are remembered, so the usual case costs a scan.
@@ -938,10 +997,13 @@ impl fmt::Debug for Acl {
                         .map(|e| {
                             let pattern = match &e.pattern {
                                 Pattern::Filter(filter) => Cow::Borrowed(filter.as_str()),
-                                Pattern::Template(t) => Cow::Owned(t.resolve(bound).map_or_else(
-                                    || "(nothing)".to_string(),
-                                    |filter| filter.as_str().to_string(),
-                                )),
+                                Pattern::Template(t) => {
+                                    let mut text = String::new();
+                                    if !t.resolve_into(bound, &mut text) {
+                                        text.push_str("(nothing)");
+                                    }
+                                    Cow::Owned(text)
+                                }
                             };
                             format!("{} {pattern}", if e.allow { "allow" } else { "deny" })
                         })

@@ -539,11 +539,11 @@ fn substituted_acl(substituted: &[Rule]) -> Acl {
     };
     let deciding = |access| substituted.iter().filter(move |r| r.permission.decides(access)).map(entry);
     Acl(Some(Arc::new(Bound {
-        rules: Arc::new(Compiled {
-            rules: Arc::from(substituted),
-            read: deciding(Access::Read).collect(),
-            write: deciding(Access::Write).collect(),
-        }),
+        rules: Arc::new(Compiled::of_entries(
+            Arc::from(substituted),
+            deciding(Access::Read).collect(),
+            deciding(Access::Write).collect(),
+        )),
         username: None,
         client_id: Arc::from("c"),
         stamp: NEXT_STAMP.fetch_add(1, Ordering::Relaxed),
@@ -612,8 +612,10 @@ proptest! {
             let substituted = reference_substituted(&rules, username, client_id);
             let old = substituted_acl(&substituted);
             // What the subscribe checks reason about: the substituted read rules, in order.
-            let read: Vec<(String, bool)> = acl.0.as_ref().unwrap().read_filters().iter()
-                .map(|(f, allow)| (f.as_str().to_string(), *allow)).collect();
+            let bound = acl.0.as_ref().unwrap();
+            let read: Vec<(String, bool)> = bound.rules.read.iter()
+                .filter_map(|e| bound.text_of(e, &mut String::new()).map(|t| (t.to_string(), e.allow)))
+                .collect();
             let expected: Vec<(String, bool)> = substituted.iter()
                 .filter(|r| r.permission.decides(Access::Read))
                 .map(|r| (r.pattern.clone(), r.permission != Deny)).collect();
