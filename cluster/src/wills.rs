@@ -110,7 +110,7 @@ impl WillKeeper for Keeper {
             wire::encode(&will.message, &self.me.node, (self.me.instance, 0), ExpiryAs::Deadline, |i| {
                 broker.wall_time(i)
             });
-        let source = acl.source();
+        let (rules, username) = acl.source().map_or((None, None), |s| (s.rules, s.username));
         let record = WillRecord {
             instance: self.me.instance,
             generation,
@@ -123,8 +123,8 @@ impl WillKeeper for Keeper {
                 .collect(),
             expiry_interval: will.expiry_interval,
             delay_ms: u64::try_from(will.delay.as_millis()).unwrap_or(u64::MAX),
-            rules: source.and_then(|s| s.rules.clone()),
-            username: source.and_then(|s| s.username.clone()),
+            rules,
+            username,
         };
         self.send(Change::Keep(client_id.clone(), Box::new(record)));
     }

@@ -59,9 +59,16 @@ fn bench_allows_subscribe(c: &mut Criterion) {
 
 fn bench_compile(c: &mut Criterion) {
     let list = rules(50);
+    // No other client holds the list: each iteration compiles it (and drops it from the cache).
     c.bench_function("acl/compile_50_rules", |b| {
         b.iter(|| Acl::compile(Some(black_box(&list)), Some("alice"), "client-1"))
     });
+    // Another client holds it: a connect looks the list up and binds its two values.
+    let held = Acl::compile(Some(&list), Some("bob"), "client-2");
+    c.bench_function("acl/compile_50_rules_shared", |b| {
+        b.iter(|| Acl::compile(Some(black_box(&list)), Some("alice"), "client-1"))
+    });
+    drop(held);
 }
 
 fn config() -> Criterion {

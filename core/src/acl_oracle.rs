@@ -50,3 +50,54 @@ pub fn reference_allows_subscribe(rules: &[Rule], filter: &TopicFilter, topics: 
 pub fn reference_allows_every(rules: &[Rule], filter: &TopicFilter, topics: &[TopicName]) -> bool {
     topics.iter().all(|t| !filter.matches(t) || reference_allows(rules, Access::Read, t))
 }
+
+/// The per-connection substitution that ACLs were compiled with before rule sets were shared,
+/// kept word for word as the reference for the shared form: each pattern with `%u` and `%c`
+/// replaced in one pass, and the rules that then match nothing left out (a value missing,
+/// empty or with `/ + #` NUL; a pattern made a `$` pattern; an invalid filter). Leaving out a
+/// rule that matches nothing changes no decision.
+pub fn reference_substituted(rules: &[Rule], username: Option<&str>, client_id: &str) -> Vec<Rule> {
+    rules
+        .iter()
+        .filter_map(|rule| {
+            let pattern = reference_substitute(&rule.pattern, username, client_id)?;
+            if pattern.starts_with('$') && !rule.pattern.starts_with('$') {
+                return None;
+            }
+            let filter = TopicFilter::try_from(pattern.as_str()).ok()?;
+            Some(Rule::new(filter.as_str(), rule.permission))
+        })
+        .collect()
+}
+
+/// Replaces `%u` and `%c` in one pass; `None` if a value that the pattern uses is missing or
+/// could change the pattern's structure.
+fn reference_substitute(pattern: &str, username: Option<&str>, client_id: &str) -> Option<String> {
+    if !pattern.contains('%') {
+        return Some(pattern.to_string());
+    }
+    let safe = |value: &str| !value.is_empty() && !value.contains(['/', '+', '#', '\0']);
+    let mut out = String::with_capacity(pattern.len());
+    let mut rest = pattern;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let value = match after.as_bytes().first() {
+            Some(b'u') => Some(username.filter(|u| safe(u))?),
+            Some(b'c') => Some(Some(client_id).filter(|c| safe(c))?),
+            _ => None,
+        };
+        match value {
+            Some(value) => {
+                out.push_str(value);
+                rest = &after[1..];
+            }
+            None => {
+                out.push('%');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Some(out)
+}

@@ -442,3 +442,198 @@ proptest! {
         }
     }
 }
+
+// The shared form: one compilation per rule list, `%u` and `%c` matched in place. The reference
+// is the substitution that compiled every connection's rules before (`acl_oracle.rs`).
+use super::oracle::reference_substituted;
+
+#[test]
+fn clients_with_the_same_rules_share_one_compilation() {
+    let list = rules(&[("shared-test/%u/#", ReadWrite), ("shared-test/all/%c", Read)]);
+    let alice = Acl::compile(Some(&list), Some("alice"), "c1");
+    let bob = Acl::compile(Some(&list), Some("bob"), "c2");
+    let (a, b) = (alice.0.as_ref().unwrap(), bob.0.as_ref().unwrap());
+    assert!(Arc::ptr_eq(&a.rules, &b.rules), "one compilation for both");
+    assert_ne!(alice.stamp(), bob.stamp(), "a decision cached for alice is not bob's");
+    assert!(alice.allows(Access::Write, &name("shared-test/alice/x")));
+    assert!(!alice.allows(Access::Write, &name("shared-test/bob/x")));
+    assert!(bob.allows(Access::Write, &name("shared-test/bob/x")));
+    assert!(bob.allows(Access::Read, &name("shared-test/all/c2")));
+    assert!(!bob.allows(Access::Read, &name("shared-test/all/c1")));
+    assert!(alice.allows_every(&filter("shared-test/alice/#")));
+    assert!(!bob.allows_every(&filter("shared-test/alice/#")));
+    assert!(!bob.allows_subscribe(&filter("shared-test/alice/#")));
+
+    // The set leaves the cache with its last client, and comes back compiled anew.
+    drop(alice);
+    assert!(shared_sets().get(list.as_slice()).is_some_and(|set| set.strong_count() == 1));
+    drop(bob);
+    assert!(shared_sets().get(list.as_slice()).is_none());
+    let again = Acl::compile(Some(&list), Some("alice"), "c1");
+    assert!(again.allows(Access::Write, &name("shared-test/alice/x")));
+}
+
+#[test]
+fn same_source_means_same_rules_and_values() {
+    let list = rules(&[("a/%u", Read)]);
+    let one = Acl::compile(Some(&list), Some("u"), "c");
+    assert!(one.same_source(&Acl::compile(Some(&list), Some("u"), "c")));
+    assert!(!one.same_source(&Acl::compile(Some(&list), Some("v"), "c")));
+    assert!(!one.same_source(&Acl::compile(Some(&list), None, "c")));
+    assert!(!one.same_source(&Acl::compile(Some(&list), Some("u"), "d")));
+    assert!(!one.same_source(&Acl::compile(Some(&rules(&[("a/%u", Write)])), Some("u"), "c")));
+    assert!(!one.same_source(&Acl::unrestricted()));
+    assert!(!Acl::unrestricted().same_source(&Acl::unrestricted()));
+    let source = one.source().unwrap();
+    assert_eq!(source, AclSource { rules: Some(list), username: Some("u".into()), client_id: "c".into() });
+    assert_eq!(Acl::unrestricted().source(), None);
+}
+
+#[test]
+fn a_value_that_makes_the_pattern_too_long_voids_the_rule() {
+    // `%u/#` for a username of 65,534 bytes is one byte over the limit of a filter; it would
+    // match the username itself as a topic (the parent level), but an invalid filter matches
+    // nothing.
+    let list = rules(&[("%u/#", Read), ("%u", Write)]);
+    let over = "u".repeat(MAX_TOPIC_LEN - 1);
+    assert_eq!(reference_substituted(&list, Some(&over), "c"), rules(&[(&over, Write)]));
+    let acl = Acl::compile(Some(&list), Some(&over), "c");
+    assert!(!acl.allows(Access::Read, &name(&over)));
+    assert!(acl.allows(Access::Write, &name(&over)));
+    assert!(!acl.allows_subscribe(&filter(&over)));
+    // One byte shorter, the rule holds.
+    let fits = "u".repeat(MAX_TOPIC_LEN - 2);
+    let acl = Acl::compile(Some(&list), Some(&fits), "c");
+    assert!(acl.allows(Access::Read, &name(&fits)));
+    assert!(acl.allows_subscribe(&filter(&fits)));
+}
+
+#[test]
+fn pieces_follow_the_single_pass() {
+    use Piece::{Text, Var as V};
+    let text = |s: &str| Text(s.into());
+    assert_eq!(pieces("a/%u/%c"), [text("a/"), V(Var::User), text("/"), V(Var::Client)]);
+    assert_eq!(pieces("%%u"), [text("%"), V(Var::User)]);
+    assert_eq!(pieces("%u%c"), [V(Var::User), V(Var::Client)]);
+    assert_eq!(pieces("100%/%d%"), [text("100%/%d%")]);
+    assert_eq!(pieces(""), []);
+}
+
+/// Topics that a substituted pattern matches, besides the brute force's: its `+` levels as `a`,
+/// a final `#` as nothing and as two more levels.
+fn topics_of(pattern: &str) -> Vec<TopicName> {
+    let levels: Vec<&str> = pattern.split('/').map(|l| if l == "+" { "a" } else { l }).collect();
+    let texts = match levels.split_last() {
+        Some((&"#", parent)) => vec![parent.join("/"), format!("{}/a/b", parent.join("/"))],
+        _ => vec![levels.join("/")],
+    };
+    texts.iter().filter_map(|t| TopicName::try_from(t.as_str()).ok()).collect()
+}
+
+/// The ACL the old per-connection compilation built: the substituted filters, nothing left to
+/// substitute.
+fn substituted_acl(substituted: &[Rule]) -> Acl {
+    let entry = |rule: &Rule| Entry {
+        pattern: Pattern::Filter(filter(&rule.pattern)),
+        allow: rule.permission != Deny,
+    };
+    let deciding = |access| substituted.iter().filter(move |r| r.permission.decides(access)).map(entry);
+    Acl(Some(Arc::new(Bound {
+        rules: Arc::new(Compiled::of_entries(
+            Arc::from(substituted),
+            deciding(Access::Read).collect(),
+            deciding(Access::Write).collect(),
+        )),
+        username: None,
+        client_id: Arc::from("c"),
+        stamp: NEXT_STAMP.fetch_add(1, Ordering::Relaxed),
+        values: 0,
+    })))
+}
+
+fn tricky_pattern() -> impl Strategy<Value = String> {
+    let level = prop_oneof![
+        Just("a"),
+        Just("%u"),
+        Just("%c"),
+        Just("x%u"),
+        Just("%u%c"),
+        Just("%%u"),
+        Just("%"),
+        Just("a%d"),
+        Just("$x"),
+        Just("%u+"),
+        Just("+"),
+        Just(""),
+    ];
+    (prop::collection::vec(level, 1..4), any::<bool>()).prop_map(|(levels, hash)| {
+        let text = levels.join("/");
+        if hash { format!("{text}/#") } else { text }
+    })
+}
+
+fn username() -> impl Strategy<Value = Option<&'static str>> {
+    prop_oneof![
+        Just(None),
+        Just(Some("a")),
+        Just(Some("b")),
+        Just(Some("$x")),
+        Just(Some("#")),
+        Just(Some("a/b")),
+        Just(Some("")),
+        Just(Some("%c")),
+        Just(Some("x+")),
+        Just(Some("a\0")),
+    ]
+}
+
+fn client_id() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just("a"), Just("b"), Just("c"), Just("$x"), Just("c/d"), Just(""), Just("+"), Just("%u")]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Two clients with the same rules share one compilation, and each one's decisions are those
+    /// of its own substituted rules: every check, for every topic of the brute force and every
+    /// topic the substituted rules name.
+    #[test]
+    fn the_shared_form_decides_as_per_connection_substitution(
+        list in prop::collection::vec(
+            (prop_oneof![pattern(), pattern_with_variables(), tricky_pattern()], permission()), 0..7),
+        clients in [(username(), client_id()), (username(), client_id())],
+        filters in prop::collection::vec(pattern(), 1..4),
+    ) {
+        let rules: Vec<Rule> = list.into_iter().map(|(p, perm)| Rule::new(p, perm)).collect();
+        let acls = clients.map(|(username, client_id)| Acl::compile(Some(&rules), username, client_id));
+        prop_assert!(Arc::ptr_eq(&acls[0].0.as_ref().unwrap().rules, &acls[1].0.as_ref().unwrap().rules));
+        prop_assert_ne!(acls[0].stamp(), acls[1].stamp());
+        for (acl, (username, client_id)) in acls.iter().zip(clients) {
+            let substituted = reference_substituted(&rules, username, client_id);
+            let old = substituted_acl(&substituted);
+            // What the subscribe checks reason about: the substituted read rules, in order.
+            let bound = acl.0.as_ref().unwrap();
+            let read: Vec<(String, bool)> = bound.rules.read.iter()
+                .filter_map(|e| bound.text_of(e, &mut String::new()).map(|t| (t.to_string(), e.allow)))
+                .collect();
+            let expected: Vec<(String, bool)> = substituted.iter()
+                .filter(|r| r.permission.decides(Access::Read))
+                .map(|r| (r.pattern.clone(), r.permission != Deny)).collect();
+            prop_assert_eq!(read, expected);
+            let mut topics = all_topics(4);
+            topics.extend(substituted.iter().flat_map(|r| topics_of(&r.pattern)));
+            for topic in &topics {
+                for access in [Access::Read, Access::Write] {
+                    prop_assert_eq!(acl.allows(access, topic), reference_allows(&substituted, access, topic),
+                        "{:?} {} as {:?}/{:?} under {:?}", access, topic, username, client_id, rules);
+                }
+            }
+            let named = substituted.iter().map(|r| r.pattern.clone());
+            for f in filters.iter().cloned().chain(named) {
+                let f = filter(&f);
+                prop_assert_eq!(acl.allows_subscribe(&f), old.allows_subscribe(&f), "subscribe {}", f);
+                prop_assert_eq!(acl.allows_every(&f), old.allows_every(&f), "every {}", f);
+            }
+        }
+    }
+}

@@ -239,7 +239,10 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
             );
         }
     };
-    let acl = Acl::compile(identity.acl.as_deref(), identity.username.as_deref(), &client_id);
+    // One `Arc` of the username for the connection, its ACL (`%u`) and for operators; the
+    // provider's name is shared by every client it admitted.
+    let username: Option<Arc<str>> = identity.username.as_deref().map(Arc::from);
+    let acl = Acl::for_client(identity.acl.as_deref(), username.clone(), client_id.clone());
     let identity_expires = identity.expires_at.map(|at| to_instant(at, now));
     if identity_expires.is_some_and(|at| at <= now) {
         refuse!(ReasonCode::NotAuthorized, "the credential has expired");
@@ -256,9 +259,6 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
     let granted = requested.min(settings.max_session_expiry);
     let expiry = SessionExpiry::from_interval(granted);
 
-    // One `Arc` of the username for the connection and for operators; the provider's name is
-    // shared by every client it admitted.
-    let username: Option<Arc<str>> = identity.username.as_deref().map(Arc::from);
     // Take over an existing connection of the same client id, then open or resume the session.
     let admission = Admission {
         key: SessionKey::mqtt(client_id.clone()),

@@ -168,4 +168,21 @@ mod tests {
         assert_eq!(acl_from_json(&text).unwrap(), source(Some(rules.to_vec()), Some("u")));
         assert_eq!(acl_from_json(&acl_to_json(None, None, "c")).unwrap(), source(None, None));
     }
+
+    #[test]
+    fn a_compiled_acl_survives_its_stored_form() {
+        use mesgd_core::acl::{Access, Acl, Permission};
+        use mesgd_core::topic::TopicName;
+        let rules = [Rule::new("devices/%u/#", Permission::Read), Rule::new("inbox/%c", Permission::Read)];
+        let acl = Acl::compile(Some(&rules), Some("u"), "c");
+        let stored = acl.source().unwrap();
+        let text = acl_to_json(stored.rules.as_deref(), stored.username.as_deref(), &stored.client_id);
+        let back = acl_from_json(&text).unwrap();
+        let again = Acl::compile(back.rules.as_deref(), back.username.as_deref(), &back.client_id);
+        assert!(again.same_source(&acl));
+        let topic = |t: &str| TopicName::try_from(t).unwrap();
+        assert!(again.allows(Access::Read, &topic("devices/u/t")));
+        assert!(again.allows(Access::Read, &topic("inbox/c")));
+        assert!(!again.allows(Access::Read, &topic("devices/v/t")));
+    }
 }

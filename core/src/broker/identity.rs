@@ -1,6 +1,8 @@
 //! A provider's live change to the identity of a connected client: new rules apply from the
 //! next check on, a revocation closes the connection.
 
+use std::sync::Arc;
+
 use super::Broker;
 use crate::acl::Acl;
 use crate::auth::IdentityState;
@@ -29,7 +31,8 @@ impl Broker {
     ) -> IdentityUpdate {
         match state {
             IdentityState::Active(rules) => {
-                let acl = Acl::compile(rules.as_deref(), username, session.client_id());
+                let acl =
+                    Acl::for_client(rules.as_deref(), username.map(Arc::from), session.client_id().clone());
                 session.set_acl(acl.clone());
                 IdentityUpdate::Rules(acl)
             }

@@ -509,7 +509,7 @@ impl State {
 
     /// Installs a receiver ACL and drops the queued messages it does not let through.
     fn replace_acl(&mut self, acl: Acl, client_id: &Arc<str>) {
-        if acl.source().is_some() && acl.source() == self.acl.source() {
+        if acl.same_source(&self.acl) {
             // The same rules for the same client (a reconnect): keep the compilation, and with
             // its stamp the decisions cached on this session's subscriptions.
             return;

@@ -301,3 +301,24 @@ fn shared_unacked_deliveries_are_handed_back() {
     assert_eq!(s.inflight_len(), 1);
     assert_eq!(s.queue_len(), 0);
 }
+
+#[test]
+fn a_cached_decision_is_not_reused_for_another_username_with_the_same_rules() {
+    let s = online(10);
+    let rules = [Rule::new("devices/%u/#", Permission::Read)];
+    s.set_acl(Acl::compile(Some(&rules), Some("alice"), "c"));
+    let alices = TopicFilter::try_from("devices/alice/#").unwrap();
+    let stamp = s.readable_stamp(&alices);
+    assert_ne!(stamp, 0, "alice reads all of devices/alice/#");
+    let enqueue = |stamp| s.enqueue_journaled(delivery("devices/alice/t", QoS::AtMostOnce), false, stamp).0;
+    assert_eq!(enqueue(stamp), Enqueued::Queued);
+    // The same client id reconnects as bob: the shared rules, but not alice's decision.
+    s.set_acl(Acl::compile(Some(&rules), Some("bob"), "c"));
+    assert_eq!(enqueue(stamp), Enqueued::Filtered);
+    assert_eq!(s.readable_stamp(&alices), 0);
+    // Bob again with the same rules keeps the compilation and its stamp.
+    let bobs = TopicFilter::try_from("devices/bob/#").unwrap();
+    let bob_stamp = s.readable_stamp(&bobs);
+    s.set_acl(Acl::compile(Some(&rules), Some("bob"), "c"));
+    assert_eq!(s.readable_stamp(&bobs), bob_stamp);
+}
