@@ -91,3 +91,46 @@ async fn retained_set_on_one_node_is_seen_everywhere_and_deleted_everywhere() {
         retained_until(n, "the operator's clear", |n| has(n, "$app/state", None)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_leaves_a_tombstone_that_is_purged_later_and_never_a_newer_message() {
+    let nats = NatsServer::start().await;
+    let config = |name: &str| {
+        format!("[cluster]\nnode = {name:?}\nnats = [{:?}]\nretained_tombstone_ms = 300\n", nats.url)
+    };
+    let a = common::TestServer::start(&config("a")).await;
+    let b = common::TestServer::start(&config("b")).await;
+    let (setter, _) = v3::connect(v3::options("setter", a.port())).await;
+    let (other, _) = v3::connect(v3::options("other", b.port())).await;
+    // gone/x: set, then deleted. back/x: set, deleted, and set again from the other node.
+    setter.client.publish("gone/x", QoS::AtLeastOnce, true, "one").await.unwrap();
+    setter.client.publish("back/x", QoS::AtLeastOnce, true, "one").await.unwrap();
+    for n in [&a, &b] {
+        retained_until(n, "both set", |n| has(n, "gone/x", Some(b"one")) && has(n, "back/x", Some(b"one")))
+            .await;
+    }
+    setter.client.publish("gone/x", QoS::AtLeastOnce, true, "").await.unwrap();
+    setter.client.publish("back/x", QoS::AtLeastOnce, true, "").await.unwrap();
+    for n in [&a, &b] {
+        retained_until(n, "both deleted", |n| has(n, "gone/x", None) && has(n, "back/x", None)).await;
+    }
+    other.client.publish("back/x", QoS::AtLeastOnce, true, "two").await.unwrap();
+    for n in [&a, &b] {
+        retained_until(n, "back/x set again", |n| has(n, "back/x", Some(b"two"))).await;
+    }
+    // a purges its two tombstones; the stream then holds back/x's newer message alone.
+    let stats = common::nats::cluster(&a).stats().clone();
+    common::within("a's tombstones purged", async {
+        while stats.retained_tombstones_purged.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let (messages, _) =
+        common::nats::cluster(&a).durable_stream_state("MESGD_RETAINED").await.expect("stream info");
+    assert_eq!(messages, 1, "only back/x's newer message is left");
+    // A node started now loads it, and nothing for gone/x.
+    let c = common::TestServer::start(&config("c")).await;
+    assert!(has(&c, "back/x", Some(b"two")) && has(&c, "gone/x", None));
+    assert!(has(&a, "back/x", Some(b"two")) && has(&b, "back/x", Some(b"two")));
+}

@@ -56,6 +56,11 @@ pub struct ClusterConfig {
     /// before the listeners open, in milliseconds.
     #[serde(default = "default_retained_load_timeout_ms")]
     pub retained_load_timeout_ms: u64,
+    /// How long the empty message a retained delete leaves in the stream (its tombstone) stays
+    /// before the node that stored it purges it, in milliseconds: long enough for every node
+    /// following the stream to have applied the delete. 0: never purged.
+    #[serde(default = "default_retained_tombstone_ms")]
+    pub retained_tombstone_ms: u64,
     /// How long a node's lease lasts without being renewed, in milliseconds: a node that dies
     /// has its lease taken over, and its clients' wills sent, this long after its last renewal.
     #[serde(default = "default_lease_ms")]
@@ -148,6 +153,9 @@ fn default_connect_timeout_ms() -> u64 {
 fn default_nats_lost_close_ms() -> u64 {
     15_000
 }
+fn default_retained_tombstone_ms() -> u64 {
+    600_000
+}
 fn default_retained_load_timeout_ms() -> u64 {
     10_000
 }
@@ -207,6 +215,7 @@ impl fmt::Debug for ClusterConfig {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("nats_lost_close_ms", &self.nats_lost_close_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
+            .field("retained_tombstone_ms", &self.retained_tombstone_ms)
             .field("lease_ms", &self.lease_ms)
             .field("wills_bucket", &self.wills_bucket)
             .field("nodes_bucket", &self.nodes_bucket)

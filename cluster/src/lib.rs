@@ -272,7 +272,15 @@ impl Cluster {
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),
             tokio::spawn(live::send_loop(client.clone(), broker.clone(), me.clone(), live_rx, stats.clone())),
-            tokio::spawn(retained::store_loop(js, broker.clone(), me.clone(), retained_rx, stats.clone())),
+            tokio::spawn(retained::store_loop(
+                js,
+                stream.clone(),
+                Duration::from_millis(config.retained_tombstone_ms),
+                broker.clone(),
+                me.clone(),
+                retained_rx,
+                stats.clone(),
+            )),
             tokio::spawn(interest.clone().watch_reachability(client.clone())),
             tokio::spawn(lost::watch(
                 client.clone(),

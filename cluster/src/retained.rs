@@ -9,6 +9,7 @@
 //! order every node converges to when two nodes set one topic at once. A SUBSCRIBE is then
 //! answered from the local store, as on a single node.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,41 +47,83 @@ pub(crate) async fn stream(
     js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Stream(e.to_string()))
 }
 
-/// Stores this node's retained changes in the stream, pipelining the acknowledgements.
+/// How many tombstones one node keeps track of for purging at most; past it, the oldest is
+/// forgotten (it stays in the stream, as with `retained_tombstone_ms = 0`).
+const MAX_TOMBSTONES: usize = 100_000;
+
+/// A tombstone this node stored: its subject, its stream sequence, when it was acknowledged.
+struct Tombstone {
+    subject: String,
+    sequence: u64,
+    at: tokio::time::Instant,
+}
+
+/// Stores this node's retained changes in the stream, pipelining the acknowledgements, and
+/// purges the tombstones it stored once they are `tombstone_ttl` old (zero: never). A purge
+/// removes the subject's messages before the one after the tombstone, so a newer retained
+/// message on the topic, from any node, stays.
 pub(crate) async fn store_loop(
     js: Context,
+    stream: stream::Stream,
+    tombstone_ttl: Duration,
     broker: Arc<Broker>,
     me: Identity,
     mut queue: mpsc::Receiver<Arc<Message>>,
     stats: Arc<ClusterStats>,
 ) {
     let mut acks = FuturesOrdered::new();
+    let mut tombstones: VecDeque<Tombstone> = VecDeque::new();
     let mut open = true;
     while open || !acks.is_empty() {
+        let due = tombstones.front().map(|t| t.at + tombstone_ttl);
         tokio::select! {
+            () = sleep_until_some(due) => {
+                let Some(t) = tombstones.pop_front() else { continue };
+                match stream.purge().filter(t.subject).sequence(t.sequence + 1).await {
+                    Ok(_) => ClusterStats::add(&stats.retained_tombstones_purged, 1),
+                    Err(e) => tracing::debug!(error = %e, "cluster: a retained tombstone was not purged"),
+                }
+            }
             next = queue.recv(), if open && acks.len() < MAX_IN_FLIGHT => {
                 let Some(message) = next else { open = false; continue };
                 let Ok(subject) = RETAINED.topic(&message.topic) else {
                     ClusterStats::add(&stats.unmappable_topics, 1);
                     continue;
                 };
+                let tombstone = (message.payload.is_empty() && !tombstone_ttl.is_zero()).then(|| subject.clone());
                 let headers = wire::encode(&message, &me.node, (me.instance, 0), ExpiryAs::Deadline, |i| broker.wall_time(i));
                 match js.publish_with_headers(subject, headers, message.payload.clone()).await {
-                    Ok(ack) => acks.push_back(ack.into_future()),
+                    Ok(ack) => acks.push_back(async move { (ack.into_future().await, tombstone) }),
                     Err(e) => {
                         ClusterStats::add(&stats.retained_store_errors, 1);
                         tracing::warn!(error = %e, "cluster: retained store failed");
                     }
                 }
             }
-            Some(ack) = acks.next(), if !acks.is_empty() => match ack {
-                Ok(_) => ClusterStats::add(&stats.retained_stored, 1),
+            Some((ack, tombstone)) = acks.next(), if !acks.is_empty() => match ack {
+                Ok(ack) => {
+                    ClusterStats::add(&stats.retained_stored, 1);
+                    if let Some(subject) = tombstone {
+                        if tombstones.len() == MAX_TOMBSTONES {
+                            tombstones.pop_front();
+                        }
+                        tombstones.push_back(Tombstone { subject, sequence: ack.sequence, at: tokio::time::Instant::now() });
+                    }
+                }
                 Err(e) => {
                     ClusterStats::add(&stats.retained_store_errors, 1);
                     tracing::warn!(error = %e, "cluster: retained store not acknowledged");
                 }
             },
         }
+    }
+}
+
+/// Sleeps until `due`, or forever without one.
+async fn sleep_until_some(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }
 

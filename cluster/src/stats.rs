@@ -40,6 +40,8 @@ pub struct ClusterStats {
     pub retained_queue_full: AtomicU64,
     /// Retained changes the stream refused or did not acknowledge.
     pub retained_store_errors: AtomicU64,
+    /// Tombstones of retained deletes this node stored and later purged from the stream.
+    pub retained_tombstones_purged: AtomicU64,
     /// Retained changes read from the stream and applied here (this node's own included).
     pub retained_applied: AtomicU64,
     /// NATS slow-consumer events (the server or the client dropped messages for this node).
@@ -255,6 +257,12 @@ impl ClusterStats {
                 "Retained changes stored in the retained stream",
                 Counter,
                 get(&self.retained_stored),
+            ),
+            (
+                "retained_tombstones_purged",
+                "Tombstones of retained deletes this node purged from the retained stream",
+                Counter,
+                get(&self.retained_tombstones_purged),
             ),
             (
                 "retained_queue_full",
