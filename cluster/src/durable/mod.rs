@@ -26,6 +26,15 @@ impl crate::Cluster {
         Ok((info.state.messages, info.state.last_sequence))
     }
 
+    /// How many consumers a stream of the cluster has now (for operators and tests: the
+    /// cluster's JetStream assets do not grow with its clients).
+    pub async fn stream_consumer_count(&self, stream: &str) -> Result<usize, String> {
+        let js = async_nats::jetstream::new(self.client.clone());
+        let mut stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+        let info = stream.info().await.map_err(|e| e.to_string())?;
+        Ok(info.state.consumer_count)
+    }
+
     /// Every message the durable stream holds, as (subject, payload) in stream order: one read
     /// per message, for operators and tests (it costs a pass over the stream).
     pub async fn durable_stream_messages(&self, stream: &str) -> Result<Vec<(String, bytes::Bytes)>, String> {
