@@ -34,7 +34,9 @@
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
 //!   the takeover requests between nodes, and the release of a dead node's records.
 //! - `sessions`: persistent sessions copied into a KV bucket through the journal
-//!   ([`SessionCopies`]), and resumed from there when their node died.
+//!   ([`SessionCopies`]), resumed from there when their node died, and the replay of the
+//!   durable stream for a session resumed here.
+//! - `streams`: creating a stream at start when other nodes may be creating it too.
 //! - `users`: builtin users and their ACLs the same on every node, through a stream.
 //! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
 //! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
@@ -60,6 +62,7 @@ mod relay;
 mod retained;
 mod sessions;
 mod stats;
+mod streams;
 mod users;
 mod wills;
 mod wire;

@@ -64,7 +64,7 @@ pub(crate) async fn stream(js: &Context, name: &str, replicas: usize) -> Result<
         description: Some("mesgd login sessions: the signing key and the ended sessions".to_owned()),
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| StartError::Logins(e.to_string()))
+    crate::streams::get_or_create(js, config).await.map_err(StartError::Logins)
 }
 
 /// Makes this node use the cluster's key, applies the ended sessions the stream holds (waiting

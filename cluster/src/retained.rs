@@ -45,7 +45,7 @@ pub(crate) async fn stream(
         description: Some("mesgd retained messages: one per topic".to_owned()),
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Stream(e.to_string()))
+    crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Stream)
 }
 
 /// How many tombstones one node keeps track of for purging at most; past it, the oldest is

@@ -64,7 +64,7 @@ pub(crate) async fn stream(
         description: Some("mesgd builtin users: the last state of each".to_owned()),
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Users(e.to_string()))
+    crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Users)
 }
 
 /// Applies what the stream holds to the local store (waiting at most `load_timeout` for it),

@@ -50,7 +50,7 @@ pub(crate) async fn stream(
         description: Some("mesgd QoS 1/2 messages, stored before their acknowledgement".to_owned()),
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| e.to_string())
+    crate::streams::get_or_create(js, config).await
 }
 
 #[derive(Debug, Default)]

@@ -86,7 +86,7 @@ pub(crate) async fn named_bucket(
         discard: DiscardPolicy::New,
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| e.to_string())?;
+    crate::streams::get_or_create(js, config).await?;
     js.get_key_value(name).await.map_err(|e| e.to_string())
 }
 

@@ -52,7 +52,7 @@ pub(super) async fn stream(
         discard: DiscardPolicy::New,
         ..Default::default()
     };
-    js.get_or_create_stream(config).await.map_err(|e| crate::StartError::Relay(e.to_string()))
+    crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Relay)
 }
 
 impl RelayNode {
