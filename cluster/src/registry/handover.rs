@@ -48,13 +48,7 @@ pub(super) fn fit(reply: &mut TakeoverReply, stats: &ClusterStats) -> Vec<u8> {
         return bytes;
     }
     ClusterStats::add(&stats.registry_handover_too_large, 1);
-    *reply = TakeoverReply {
-        outcome: reply.outcome,
-        resumed: false,
-        subscriptions: Vec::new(),
-        messages: Vec::new(),
-        incoming_qos2: Vec::new(),
-    };
+    *reply = TakeoverReply::without_session(reply.outcome);
     reply.encode()
 }
 

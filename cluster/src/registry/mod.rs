@@ -34,11 +34,12 @@ use async_nats::{Client, RequestErrorKind};
 use bytes::Bytes;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
+use mesgd_core::cluster::handover::HandedMessage;
 use mesgd_core::cluster::registry::{
-    ClaimError, ClaimFuture, Handover, MAX_MESSAGE_LEN, Record, SessionRegistry, TakeoverReply,
-    TakeoverRequest, takeover_subject, tracked,
+    ClaimError, ClaimFuture, Handover, MAX_MESSAGE_LEN, Record, SessionRegistry, TakeoverOutcome,
+    TakeoverReply, TakeoverRequest, takeover_subject, tracked,
 };
-use mesgd_core::model::SessionKey;
+use mesgd_core::model::{MessageId, SessionKey};
 use tokio::task::JoinHandle;
 
 use self::holdings::{Holdings, Release};
@@ -196,7 +197,14 @@ impl Registry {
         me.holdings.claimed(&key.id, revision);
         let Some(previous) = previous.filter(|p| *p.node != *me.node) else { return Ok(Handover::default()) };
         match self.ask_to_close(&previous.node, &key.id, revision, resume).await {
-            Some(handover) => Ok(handover),
+            Some((handover, reply)) => {
+                if handover.resumed {
+                    // What reached the old owner's copy after the handover, or no node before
+                    // this node's subscriptions are in place, comes from the stream.
+                    self.replay(&key.id, &reply.checkpoint_ms, &reply.finished, &reply.messages, &handover);
+                }
+                Ok(handover)
+            }
             // The previous owner is gone (or does not answer): its copy of a persistent
             // session, if the client asked to resume it.
             None if resume => Ok(self.recover(&key.id, revision).await),
@@ -253,7 +261,13 @@ impl Registry {
     /// Asks `node` to close its connection to `id` (and, with `resume`, to hand its session
     /// over); bounded, and the claim stands whatever the answer (the CAS already fenced
     /// `node`). `None`: `node` did not answer (gone, or too slow).
-    async fn ask_to_close(&self, node: &str, id: &str, revision: u64, resume: bool) -> Option<Handover> {
+    async fn ask_to_close(
+        &self,
+        node: &str,
+        id: &str,
+        revision: u64,
+        resume: bool,
+    ) -> Option<(Handover, TakeoverReply)> {
         let me = &self.inner;
         ClusterStats::add(&me.stats.registry_takeovers_sent, 1);
         let request =
@@ -263,12 +277,15 @@ impl Registry {
             Ok(Ok(reply)) => match TakeoverReply::decode(&reply.payload) {
                 Ok(reply) => {
                     tracing::debug!(client_id = id, node, outcome = ?reply.outcome, "cluster: took the client over");
-                    return Some(self.handed_over(&reply, node));
+                    return Some((self.handed_over(&reply, node), reply));
                 }
                 Err(e) => {
                     ClusterStats::add(&me.stats.decode_errors, 1);
                     tracing::debug!(error = %e, "cluster: unreadable takeover reply");
-                    return Some(Handover::default());
+                    return Some((
+                        Handover::default(),
+                        TakeoverReply::without_session(TakeoverOutcome::Unknown),
+                    ));
                 }
             },
             Ok(Err(e)) if e.kind() == RequestErrorKind::NoResponders => {
@@ -301,19 +318,48 @@ impl Registry {
             "cluster: resumed a session of a node that is gone"
         );
         let reply = TakeoverReply {
-            outcome: mesgd_core::cluster::registry::TakeoverOutcome::Offline,
             resumed: true,
             subscriptions: record.subscriptions.clone(),
             messages: record.messages.clone(),
             incoming_qos2: record.incoming_qos2.clone(),
+            ..TakeoverReply::without_session(TakeoverOutcome::Offline)
         };
         let handover = self.handed_over(&reply, &record.node);
         // What the record cannot hold (messages on their way to the dead node, published while
         // the session had no node, queued in the last write delay) comes from the stream.
-        if let Some(replayer) = me.replayer.get() {
-            replayer.start(id, &record, &handover.subscriptions);
-        }
+        self.replay(id, &record.checkpoint_ms, &record.finished, &record.messages, &handover);
         handover
+    }
+
+    /// Starts the replay of the durable stream for `id`'s session, just handed over (from its
+    /// record, or by its live previous owner) with `messages` and what it finished since
+    /// `checkpoint_ms`.
+    fn replay(
+        &self,
+        id: &Arc<str>,
+        checkpoint_ms: &Option<u64>,
+        finished: &[String],
+        messages: &[HandedMessage],
+        handover: &Handover,
+    ) {
+        let (Some(replayer), Some(checkpoint_ms)) = (self.inner.replayer.get(), *checkpoint_ms) else {
+            return;
+        };
+        let finished: Vec<MessageId> = finished.iter().filter_map(|f| f.parse().ok()).collect();
+        let held = messages.iter().filter_map(|m| m.id.as_deref()?.parse().ok());
+        replayer.start(id, checkpoint_ms, finished, held, &handover.subscriptions);
+    }
+
+    /// The checkpoint of `id`'s session here and the ids it finished since, for a handover
+    /// (`None` before the node's replay is installed).
+    fn checkpoint(&self, id: &str) -> (Option<u64>, Vec<MessageId>) {
+        match self.inner.replayer.get() {
+            Some(replayer) => {
+                let (checkpoint, finished) = replayer.copies.checkpoint(id);
+                (Some(checkpoint), finished)
+            }
+            None => (None, Vec::new()),
+        }
     }
 
     /// The session a takeover reply hands over; a subscription that does not parse is dropped

@@ -89,9 +89,23 @@ impl Registry {
                 outcome
             }
         };
-        let resumed = handed.is_some();
-        let (subscriptions, (messages, incoming_qos2)) = handed.unwrap_or_default();
-        let mut reply = TakeoverReply { outcome, resumed, subscriptions, messages, incoming_qos2 };
+        let mut reply = TakeoverReply::without_session(outcome);
+        if let Some((subscriptions, (messages, incoming_qos2))) = handed {
+            // Taken with the connection let go: nothing finishes here after it. What reaches
+            // this node's copy from now on (before the session ends here) or no node (until the
+            // new owner's subscriptions are in place) comes to the new owner from the stream.
+            let (checkpoint_ms, finished) = self.checkpoint(&key.id);
+            reply = TakeoverReply {
+                resumed: true,
+                subscriptions,
+                messages,
+                incoming_qos2,
+                checkpoint_ms,
+                finished: finished.iter().map(ToString::to_string).collect(),
+                ..reply
+            };
+        }
+        let resumed = reply.resumed;
         let bytes = handover::fit(&mut reply, &me.stats);
         if resumed && reply.resumed {
             ClusterStats::add(&me.stats.registry_sessions_handed, 1);

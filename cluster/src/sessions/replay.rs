@@ -1,6 +1,8 @@
-//! Replaying the durable stream for a session recovered from its record (its node died): the
-//! stored QoS 1/2 messages from the record's checkpoint that match its subscriptions and that
-//! it did not have go into its queue, after what the record held.
+//! Replaying the durable stream for a session resumed on this node, recovered from its record
+//! (its node died) or handed over by its live previous owner: the stored QoS 1/2 messages from
+//! the checkpoint that match its subscriptions and that it did not have go into its queue,
+//! after what the record or the handover held. After a live handover that is what reached the
+//! old owner's copy after its snapshot, or no node while the session moved.
 //!
 //! Order of events, so that nothing falls between the replay and the live path: the session is
 //! recovered and its client attached (its subscriptions are in the router), the node's NATS
@@ -19,7 +21,6 @@ use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, ReplayPolicy, pu
 use futures_util::StreamExt;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::replay::{Replay, Replayed};
-use mesgd_core::cluster::session_record::SessionRecord;
 use mesgd_core::cluster::subject::DURABLE;
 use mesgd_core::model::{Delivery, MessageId, SessionKey, SubscribeOptions};
 use mesgd_core::session::Enqueued;
@@ -39,10 +40,12 @@ const MAX_GIVEN: usize = 10_000;
 const MAX_BYTES: usize = 64 << 20;
 /// How long one replay may take to find its messages, from the recovery on.
 const MAX_TIME: Duration = Duration::from_secs(20);
-/// How long the replay waits, in all, for the client to make room in a full queue. The replay
+/// How long the replay waits, in all, for the client to make room in its queue. The replay
 /// gives its messages as the client takes them, not all at once: a few thousand found messages
 /// would otherwise meet the session's `max_queued_messages` before the client has read any,
-/// and be dropped although the client is online and reading. Past this wait (a client that
+/// and be dropped although the client is online and reading. It fills half the queue at most
+/// (`Session::has_room_to_spare_for`): live messages arriving meanwhile cannot wait, and a
+/// queue the replay kept full would drop them at the limits. Past this wait (a client that
 /// stopped reading, or went offline) the rest is given as a single node would give it: the
 /// queue limits apply, and what they drop is counted (`replay_dropped`).
 const ROOM_WAIT: Duration = Duration::from_secs(10);
@@ -50,7 +53,7 @@ const ROOM_WAIT: Duration = Duration::from_secs(10);
 const ROOM_POLL: Duration = Duration::from_millis(5);
 /// How long the replay waits for the next stored message.
 const NEXT_WAIT: Duration = Duration::from_secs(5);
-/// How often the replay looks whether the recovered session's client is attached.
+/// How often the replay looks whether the resumed session's client is attached.
 const ATTACH_POLL: Duration = Duration::from_millis(10);
 /// How far the live copy of a message and its store may lag behind each other (the publishing
 /// node sends them from two queues): the stream's end is read this long after the node's
@@ -81,17 +84,17 @@ enum Ended {
 }
 
 impl Replayer {
-    /// Starts the replay of `id`'s session, just recovered from `record` with `subscriptions`
-    /// (as parsed for the new session), unless the record has no checkpoint.
+    /// Starts the replay of `id`'s session, just handed over with `subscriptions` (as parsed
+    /// for the new session) and the messages `held`, which finished `finished` since
+    /// `checkpoint_ms`: from its record (its node died) or from its live previous owner.
     pub(crate) fn start(
         self: &Arc<Self>,
         id: &Arc<str>,
-        record: &SessionRecord,
+        checkpoint_ms: u64,
+        finished: Vec<MessageId>,
+        held: impl Iterator<Item = MessageId>,
         subscriptions: &[(SubscriptionFilter, SubscribeOptions)],
     ) {
-        let Some(checkpoint_ms) = record.checkpoint_ms else { return };
-        let finished: Vec<MessageId> = record.finished.iter().filter_map(|f| f.parse().ok()).collect();
-        let held = record.messages.iter().filter_map(|m| m.id.as_deref()?.parse().ok());
         let replay = Replay::new(id.clone(), subscriptions, finished.iter().copied().chain(held));
         if replay.is_empty() {
             return;
@@ -116,7 +119,7 @@ impl Replayer {
                     tracing::warn!(
                         client_id = &*id,
                         reason = why,
-                        "cluster: the replay of a recovered session failed"
+                        "cluster: the replay of a resumed session failed"
                     );
                 }
                 Ok(Err(Ended::Bound)) | Err(_) => {
@@ -124,7 +127,7 @@ impl Replayer {
                     tracing::warn!(
                         client_id = &*id,
                         elapsed_ms = started.elapsed().as_millis() as u64,
-                        "cluster: the replay of a recovered session reached its bound"
+                        "cluster: the replay of a resumed session reached its bound"
                     );
                 }
             }
@@ -164,7 +167,7 @@ impl Replayer {
         let mut delivered = self.js.client().subscribe(inbox.clone()).await.map_err(|e| failed(&e))?;
         let config = push::Config {
             deliver_subject: inbox,
-            description: Some("mesgd replay of a recovered session".into()),
+            description: Some("mesgd replay of a resumed session".into()),
             // Both families when a subscription asks for `$` topics; else the plain one only.
             filter_subject: if replay.wants_dollar_topics() {
                 String::new()
@@ -211,7 +214,7 @@ impl Replayer {
         drop(broker);
         let mut waited = Duration::ZERO;
         for delivery in found {
-            while waited < ROOM_WAIT && session.is_online() && !session.has_room_for(&delivery) {
+            while waited < ROOM_WAIT && session.is_online() && !session.has_room_to_spare_for(&delivery) {
                 let before = tokio::time::Instant::now();
                 tokio::time::sleep(ROOM_POLL).await;
                 waited += before.elapsed();

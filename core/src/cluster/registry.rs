@@ -225,9 +225,31 @@ pub struct TakeoverReply {
     /// Its incoming QoS 2 packet ids awaiting PUBREL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incoming_qos2: Vec<super::handover::HandedQos2>,
+    /// The checkpoint of its finished messages at the handover, as a record written then
+    /// would carry it ([`super::session_record::SessionRecord::checkpoint_ms`]): the new owner
+    /// replays the durable stream from it for what reached the old owner after the handover or
+    /// no node at all. `None` (an owner of an earlier version): no replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_ms: Option<u64>,
+    /// The ids of the messages it finished since the checkpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finished: Vec<String>,
 }
 
 impl TakeoverReply {
+    /// A reply that hands no session over.
+    pub fn without_session(outcome: TakeoverOutcome) -> TakeoverReply {
+        TakeoverReply {
+            outcome,
+            resumed: false,
+            subscriptions: Vec::new(),
+            messages: Vec::new(),
+            incoming_qos2: Vec::new(),
+            checkpoint_ms: None,
+            finished: Vec::new(),
+        }
+    }
+
     /// The reply's bytes.
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
@@ -327,13 +349,7 @@ mod tests {
             TakeoverOutcome::Unknown,
             TakeoverOutcome::Stale,
         ] {
-            let a = TakeoverReply {
-                outcome,
-                resumed: false,
-                subscriptions: Vec::new(),
-                messages: Vec::new(),
-                incoming_qos2: Vec::new(),
-            };
+            let a = TakeoverReply::without_session(outcome);
             assert_eq!(TakeoverReply::decode(&a.encode()).unwrap(), a);
         }
         let filter = SubscriptionFilter::try_from("$share/g/a/+").unwrap();
@@ -351,6 +367,8 @@ mod tests {
             subscriptions: vec![handed],
             messages: Vec::new(),
             incoming_qos2: vec![super::super::handover::HandedQos2 { packet_id: 3, digest: Some(9) }],
+            checkpoint_ms: Some(1_700_000_000_000),
+            finished: vec!["0000000000000007-3".into()],
         };
         let back = TakeoverReply::decode(&a.encode()).unwrap();
         assert_eq!(back, a);

@@ -101,6 +101,14 @@ impl Mailbox {
             && (self.queue.is_empty() || self.bytes + weight <= self.limits.max_bytes)
     }
 
+    /// Whether a delivery of `weight` bytes fits in half the limits (one message at least, and
+    /// any weight into an empty queue): where a producer that can wait stops, so that it leaves
+    /// the other half to producers that cannot (the live path).
+    pub(super) fn fits_in_half(&self, weight: usize) -> bool {
+        self.queue.len() < (self.limits.max_messages / 2).max(1)
+            && (self.queue.is_empty() || self.bytes + weight <= self.limits.max_bytes / 2)
+    }
+
     /// Makes room for a delivery of `weight` bytes and `qos`, dropping the oldest QoS 0 messages
     /// first. Returns what the push will be (`Queued` or `QueuedDroppingOldest`), or `Dropped`
     /// when only QoS 1/2 messages are left and the new one does not fit (counted). `online`

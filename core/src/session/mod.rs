@@ -466,10 +466,11 @@ impl Session {
         (outcome, seq)
     }
 
-    /// Whether `delivery` would be queued now without the queue limits dropping anything (for
-    /// a producer that can wait for the client to make room).
-    pub fn has_room_for(&self, delivery: &Delivery) -> bool {
-        self.state().mailbox.fits(delivery.weight())
+    /// Whether `delivery` would be queued now within half the queue limits: for a producer
+    /// that can wait for the client to make room (a replay), so that it never fills the queue
+    /// and has messages that cannot wait (live ones) dropped at the limits meanwhile.
+    pub fn has_room_to_spare_for(&self, delivery: &Delivery) -> bool {
+        self.state().mailbox.fits_in_half(delivery.weight())
     }
 
     /// How many messages wait in the queue.

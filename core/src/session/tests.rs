@@ -62,6 +62,28 @@ fn ids(out: &[Outgoing]) -> Vec<Option<u16>> {
 }
 
 #[test]
+fn a_producer_that_can_wait_has_room_in_half_the_queue_only() {
+    let s = online(4);
+    let d = delivery("a", QoS::AtLeastOnce);
+    for _ in 0..2 {
+        assert!(s.has_room_to_spare_for(&d));
+        assert_eq!(s.enqueue(d.clone(), false), Enqueued::Queued);
+    }
+    assert!(!s.has_room_to_spare_for(&d), "the other half is left to live messages");
+    assert_eq!(s.enqueue(d.clone(), false), Enqueued::Queued, "which still fit");
+    let tiny = online(1);
+    assert!(tiny.has_room_to_spare_for(&d), "one message at least");
+    assert_eq!(tiny.enqueue(d.clone(), false), Enqueued::Queued);
+    assert!(!tiny.has_room_to_spare_for(&d));
+    let mut bytes = limits(100);
+    bytes.max_bytes = 2;
+    let by_bytes = Session::new(SessionId(2), SessionKey::mqtt("b"), SessionExpiry::Never, bytes);
+    by_bytes.attach(1, Acl::unrestricted(), SessionExpiry::Never);
+    assert_eq!(by_bytes.enqueue(d.clone(), false), Enqueued::Queued);
+    assert!(!by_bytes.has_room_to_spare_for(&d), "half the bytes: one of the two is queued");
+}
+
+#[test]
 fn overflow_drops_the_oldest_qos0_first_then_refuses() {
     let s = online(3);
     assert_eq!(s.enqueue(delivery("a", QoS::AtLeastOnce), false), Enqueued::Queued);
