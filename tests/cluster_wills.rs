@@ -3,8 +3,9 @@
 //! will must not go out); in-process nodes b and c, over a real nats-server. Exactly one of b
 //! and c takes a's lease over and sends the will of the client that was still connected, once,
 //! reading a's wills only (b and c keep wills of their own clients meanwhile); it also releases
-//! a's registry record of the clean session and keeps the persistent session's, which then
-//! resumes on b.
+//! a's registry record of the clean session and keeps the persistent sessions', one of which
+//! then resumes on b; the other's client never comes back, and once its copy expired a
+//! periodic sweep releases its record and the copy.
 
 mod common;
 #[path = "common/daemon.rs"]
@@ -20,13 +21,23 @@ use daemon::Daemon;
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 
 const LEASE_MS: u64 = 1000;
+/// The session expiry of `fades`, a persistent session whose client never comes back.
+const FADES_EXPIRY_S: u8 = 5;
 
 async fn node(nats: &NatsServer, name: &str) -> TestServer {
     TestServer::start(&format!(
-        "[cluster]\nnode = {name:?}\nnats = [{:?}]\nlease_ms = {LEASE_MS}\n",
+        "[cluster]\nnode = {name:?}\nnats = [{:?}]\nlease_ms = {LEASE_MS}\nregistry_sweep_ms = 200\n",
         nats.url
     ))
     .await
+}
+
+/// An MQTT 5 CONNECT with clean start 0 and a session expiry of `expiry_s` seconds.
+fn connect_expiring(client_id: &str, expiry_s: u8) -> Vec<u8> {
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[5, 0x00, 0, 60, 5, 0x11, 0, 0, 0, expiry_s]);
+    body.extend_from_slice(&mqtt_str(client_id));
+    packet(0x10, &body)
 }
 
 /// An MQTT 5 CONNECT (clean start) with a QoS 1 will on `topic`.
@@ -92,17 +103,27 @@ async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lea
     // A persistent session on a (expiry one hour): its registry record must outlive a, for the
     // session to be resumed elsewhere from its copy.
     let (_keeps, _) = common::persistent::connect_persistent(on_a, ProtocolVersion::V5, "keeps").await;
+    // One whose client never comes back: its record is kept at the takeover (its copy has not
+    // expired), and released by the periodic sweep once the copy expired.
+    let mut fades = Raw::open(on_a, ProtocolVersion::V5).await;
+    fades.send(&connect_expiring("fades", FADES_EXPIRY_S)).await;
+    assert!(matches!(fades.recv().await, Some(Packet::ConnAck(c)) if c.reason_code == ReasonCode::Success));
     let local = |s: &TestServer| std::net::SocketAddr::from(([127, 0, 0, 1], s.port()));
     let _on_b = connected(local(&b), "on-b", "will/on-b", b"on b gone").await;
     let _on_c = connected(local(&c), "on-c", "will/on-c", b"on c gone").await;
     polite.send(&packet(0xE0, &[])).await;
     polite.until_closed().await;
-    eventually("the registry to name a for stays and keeps, and its copy of keeps", || async {
-        let records = cluster(&b).registry_records().await.expect("registry readable");
-        ["stays", "keeps"].iter().all(|id| records.get(*id).is_some_and(|r| r.node == "a"))
-            && cluster(&b).session_record("keeps").await.expect("readable").is_some()
-    })
+    eventually(
+        "the registry to name a for stays, keeps and fades, and its copies of keeps and fades",
+        || async {
+            let records = cluster(&b).registry_records().await.expect("registry readable");
+            ["stays", "keeps", "fades"].iter().all(|id| records.get(*id).is_some_and(|r| r.node == "a"))
+                && cluster(&b).session_record("keeps").await.expect("readable").is_some()
+                && cluster(&b).session_record("fades").await.expect("readable").is_some()
+        },
+    )
     .await;
+    let fades_copied = std::time::Instant::now();
     eventually("a to keep exactly the will of its connected client, b and c theirs", || async {
         let mut kept = cluster(&b).kept_wills().await.expect("bucket readable");
         kept.sort();
@@ -136,7 +157,29 @@ async fn the_wills_of_a_killed_node_are_sent_once_by_the_node_that_takes_its_lea
     assert_eq!(records.get("keeps").map(|r| r.node.as_str()), Some("a"), "{records:?}");
     assert_eq!(records.get("on-b").map(|r| r.node.as_str()), Some("b"));
     assert_eq!(records.get("on-c").map(|r| r.node.as_str()), Some("c"));
-    assert_eq!(total(&[&b, &c], |s| &s.registry_swept), 1, "exactly one record released");
+    let takeover_at = fades_copied.elapsed();
+    if takeover_at < std::time::Duration::from_secs(u64::from(FADES_EXPIRY_S) - 1) {
+        assert_eq!(records.get("fades").map(|r| r.node.as_str()), Some("a"), "kept at the takeover");
+        assert_eq!(total(&[&b, &c], |s| &s.registry_swept), 1, "exactly one record released");
+    } else {
+        println!("the takeover came {takeover_at:?} after fades' copy: it may have expired already");
+    }
+    // Once fades' copy expired, a periodic sweep releases its record and deletes the copy;
+    // keeps' stays.
+    eventually("fades' record and copy released after its expiry", || async {
+        !cluster(&b).registry_records().await.expect("registry readable").contains_key("fades")
+            && cluster(&b).session_record("fades").await.expect("readable").is_none()
+    })
+    .await;
+    let released_after = fades_copied.elapsed();
+    // Not before the copy expired (it was written shortly before it was seen).
+    assert!(
+        released_after >= std::time::Duration::from_secs(u64::from(FADES_EXPIRY_S) - 1),
+        "{released_after:?}"
+    );
+    let records = cluster(&b).registry_records().await.expect("registry readable");
+    assert_eq!(records.get("keeps").map(|r| r.node.as_str()), Some("a"), "{records:?}");
+    assert_eq!(total(&[&b, &c], |s| &s.registry_swept), 2, "stays and fades released, once each");
     // The persistent session resumes on b from its copy, through the record kept.
     let (_resumed, present) =
         common::persistent::connect_persistent(local(&b), ProtocolVersion::V5, "keeps").await;

@@ -61,6 +61,11 @@ pub struct ClusterConfig {
     /// following the stream to have applied the delete. 0: never purged.
     #[serde(default = "default_retained_tombstone_ms")]
     pub retained_tombstone_ms: u64,
+    /// How often a node releases the registry records of sessions that dead nodes (or its own
+    /// previous instances) left and that can no longer be resumed (their copies expired), in
+    /// milliseconds. 0: never (they stay until their client id is claimed again).
+    #[serde(default = "default_registry_sweep_ms")]
+    pub registry_sweep_ms: u64,
     /// How long a node's lease lasts without being renewed, in milliseconds: a node that dies
     /// has its lease taken over, and its clients' wills sent, this long after its last renewal.
     #[serde(default = "default_lease_ms")]
@@ -156,6 +161,9 @@ fn default_nats_lost_close_ms() -> u64 {
 fn default_retained_tombstone_ms() -> u64 {
     600_000
 }
+fn default_registry_sweep_ms() -> u64 {
+    300_000
+}
 fn default_retained_load_timeout_ms() -> u64 {
     10_000
 }
@@ -216,6 +224,7 @@ impl fmt::Debug for ClusterConfig {
             .field("nats_lost_close_ms", &self.nats_lost_close_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
             .field("retained_tombstone_ms", &self.retained_tombstone_ms)
+            .field("registry_sweep_ms", &self.registry_sweep_ms)
             .field("lease_ms", &self.lease_ms)
             .field("wills_bucket", &self.wills_bucket)
             .field("nodes_bucket", &self.nodes_bucket)

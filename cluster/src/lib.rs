@@ -276,7 +276,10 @@ impl Cluster {
         };
         let wills_kv = wills.wills.clone();
         let renewals = Arc::new(lost::Renewals::default());
-        let will_tasks = wills::start(wills, broker, me.clone(), renewals.clone(), stats.clone()).await?;
+        let sweep_every =
+            (config.registry_sweep_ms > 0).then(|| Duration::from_millis(config.registry_sweep_ms));
+        let will_tasks =
+            wills::start(wills, broker, me.clone(), renewals.clone(), sweep_every, stats.clone()).await?;
         let mut tasks = vec![
             store_task,
             tokio::spawn(receiver.run()),

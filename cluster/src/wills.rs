@@ -155,13 +155,15 @@ pub(crate) struct Wills {
     pub(crate) client: async_nats::Client,
 }
 
-/// Sends what this node's previous instance left, writes its lease, and starts the tasks; the
-/// keeper is then installed in the broker.
+/// Sends what this node's previous instance left, writes its lease, and starts the tasks (with
+/// `sweep_every`, the periodic release of expired sessions' records); the keeper is then
+/// installed in the broker.
 pub(crate) async fn start(
     buckets: Wills,
     broker: &Arc<Broker>,
     me: Identity,
     renewals: Arc<Renewals>,
+    sweep_every: Option<Duration>,
     stats: Arc<ClusterStats>,
 ) -> Result<Vec<JoinHandle<()>>, crate::StartError> {
     let buckets = Arc::new(buckets);
@@ -180,7 +182,7 @@ pub(crate) async fn start(
         broker: Arc::downgrade(broker),
         stats: stats.clone(),
     }));
-    Ok(vec![
+    let mut tasks = vec![
         tokio::spawn(sweep_registry_of(
             buckets.clone(),
             broker.clone(),
@@ -191,8 +193,12 @@ pub(crate) async fn start(
         )),
         tokio::spawn(write_loop(buckets.clone(), me.clone(), changes, stats.clone())),
         tokio::spawn(heartbeat(buckets.clone(), me.clone(), lease, renewals, stats.clone())),
-        tokio::spawn(watch_leases(buckets, broker.clone(), me, stats)),
-    ])
+        tokio::spawn(watch_leases(buckets.clone(), broker.clone(), me.clone(), stats.clone())),
+    ];
+    if let Some(every) = sweep_every {
+        tasks.push(tokio::spawn(sweep_expired_every(every, buckets, broker.clone(), me, stats)));
+    }
+    Ok(tasks)
 }
 
 fn encode_lease(lease: &Lease) -> Bytes {
@@ -357,17 +363,7 @@ async fn sweep_registry_of(
     let instance = format!("{instance:016x}");
     let dead =
         |r: &mesgd_core::cluster::registry::Record| r.node == node && (r.instance == instance) != restarted;
-    let held = |id: &str| broker.session(&SessionKey::mqtt(id)).is_some();
-    let swept = crate::registry::sweep::release_dead(
-        &buckets.registry,
-        &buckets.client,
-        &buckets.sessions,
-        dead,
-        held,
-        &stats,
-    )
-    .await;
-    match swept {
+    match release_dead(&buckets, &broker, dead, &stats).await {
         Ok(released) => {
             tracing::info!(node = %node, released, "cluster: released a dead node's registry records")
         }
@@ -375,6 +371,76 @@ async fn sweep_registry_of(
             tracing::warn!(node = %node, error = e, "cluster: cannot release a dead node's registry records")
         }
     }
+}
+
+/// Every `every`, releases the registry records that dead nodes left (their lease taken over)
+/// and this node's previous instances left, but those of sessions that can still be resumed:
+/// a lease takeover keeps the records of persistent sessions whose copies had not expired, and
+/// when such a copy expires with its client never back, nothing else releases its record (the
+/// pass deletes the expired copy with it). Every node runs it; a record is deleted at the
+/// revision read, so two passes at once, or a claim meanwhile, do no harm. A record claimed
+/// less than a lease ago is left alone (its node may not have written its lease yet).
+async fn sweep_expired_every(
+    every: Duration,
+    buckets: Arc<Wills>,
+    broker: Arc<Broker>,
+    me: Identity,
+    stats: Arc<ClusterStats>,
+) {
+    let mine = format!("{:016x}", me.instance);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let leases: HashMap<String, Lease> = match crate::bucket_entries::live_entries(&buckets.nodes).await {
+            Ok(entries) => entries
+                .into_iter()
+                .filter_map(|e| Some((e.key, serde_json::from_slice::<Lease>(&e.value).ok()?)))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = e, "cluster: cannot read the node leases for the registry sweep");
+                continue;
+            }
+        };
+        let lease_ms = u64::try_from(buckets.lease.as_millis()).unwrap_or(u64::MAX);
+        let settled = crate::sessions::store::now_ms().saturating_sub(lease_ms);
+        let dead = |r: &mesgd_core::cluster::registry::Record| {
+            let gone = if *r.node == *me.node {
+                r.instance != mine
+            } else {
+                leases.get(&r.node).is_some_and(|l| l.taken_by.is_some())
+            };
+            gone && r.since_ms < settled
+        };
+        match release_dead(&buckets, &broker, dead, &stats).await {
+            Ok(0) => {}
+            Ok(released) => {
+                tracing::info!(released, "cluster: released registry records of expired sessions")
+            }
+            Err(e) => tracing::warn!(error = e, "cluster: the periodic registry sweep failed"),
+        }
+    }
+}
+
+/// Releases the registry records for which `dead` holds, but those of sessions that can still
+/// be resumed or that this node holds ([`crate::registry::sweep::release_dead`]).
+async fn release_dead(
+    buckets: &Wills,
+    broker: &Broker,
+    dead: impl Fn(&mesgd_core::cluster::registry::Record) -> bool,
+    stats: &ClusterStats,
+) -> Result<u64, String> {
+    let held = |id: &str| broker.session(&SessionKey::mqtt(id)).is_some();
+    crate::registry::sweep::release_dead(
+        &buckets.registry,
+        &buckets.client,
+        &buckets.sessions,
+        dead,
+        held,
+        stats,
+    )
+    .await
 }
 
 /// Sends (at most once each) the wills kept under `node`, except those of instance `keep`.
