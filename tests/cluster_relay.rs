@@ -12,7 +12,7 @@ mod content;
 use std::sync::atomic::Ordering;
 
 use common::nats::{NatsServer, cluster, node};
-use common::relay::{Client, Kind, LISTENERS};
+use common::relay::{Client, KINDS, Kind, LISTENERS};
 use common::{TestServer, within};
 use serde_json::json;
 
@@ -106,6 +106,35 @@ async fn register_when_free(client: &mut Client, addr: &str) -> serde_json::Valu
         }
     })
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_on_another_node_right_after_subscribed_arrives() {
+    let nats = NatsServer::start().await;
+    let a = relay_node(&nats, "a").await;
+    let b = relay_node(&nats, "b").await;
+    let mut publisher =
+        common::Raw::connected(b.addr, mesgd_core::mqtt::ProtocolVersion::V5, "publisher").await;
+    for kind in KINDS {
+        let mut subscriber = Client::connect(&a, kind).await;
+        subscriber.register(&format!("{kind:?}").to_lowercase()).await;
+        // Each round a filter no node has subscribed to yet, so that a needs a new NATS
+        // subscription for it; the publish follows `subscribed` at once, with no other wait.
+        for round in 0..10 {
+            let topic = format!("fresh/{kind:?}/{round}");
+            subscriber.send(json!({"t": "subscribe", "topic": topic})).await;
+            subscriber.expect("subscribed").await;
+            publisher
+                .send(&common::packets::publish_packet(&topic, 0, None, false, Some(&[]), b"right after"))
+                .await;
+            let message = subscriber.expect("message").await;
+            assert_eq!(
+                (&message["topic"], &message["ct"]),
+                (&json!(topic), &json!("right after")),
+                "{kind:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

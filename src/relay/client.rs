@@ -163,6 +163,9 @@ pub(crate) struct Client {
     phase: Phase,
     /// Output waits until this journal sequence number is durable (`queued`, a new binding).
     gate: Option<u64>,
+    /// Output waits until the cluster has confirmed the node's subscriptions as of this
+    /// interest generation (`subscribed` on a clustered node); 0: nothing to wait for.
+    interest_gate: u64,
     /// The journal, when replies wait for the disk.
     journal: Option<Arc<dyn Journal>>,
     /// The last direct-send recipient (see `Hub::deliver`).
@@ -185,6 +188,7 @@ impl Client {
             challenge: None,
             phase: Phase::New,
             gate: None,
+            interest_gate: 0,
             target: None,
             scratch: Vec::new(),
             received: (0, 0),
@@ -239,8 +243,24 @@ impl Client {
         }
     }
 
+    /// Holds the output until the cluster has the node's subscriptions as they stand now (a
+    /// clustered node; else nothing), so that a message published on another node after the
+    /// client read `subscribed` reaches it, as an MQTT SUBACK waits.
+    pub(crate) fn gate_on_interest(&mut self) {
+        if let Some(interest) = self.ctx.broker.router().interest() {
+            self.interest_gate = self.interest_gate.max(interest.generation());
+        }
+    }
+
     /// Whether the output may be written now; if not, `cx` is woken when it may.
     pub(crate) fn poll_gate(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.interest_gate != 0 {
+            let interest = self.ctx.broker.router().interest();
+            if interest.is_some_and(|i| !i.poll_synced(self.interest_gate, cx.waker())) {
+                return false;
+            }
+            self.interest_gate = 0;
+        }
         let (Some(seq), Some(journal)) = (self.gate, &self.journal) else { return true };
         if journal.poll_durable(seq, cx.waker()) {
             self.gate = None;

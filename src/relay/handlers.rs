@@ -145,6 +145,9 @@ impl Client {
         ctx.broker
             .subscribe_as(&reg.acl, &session, filter, options, now)
             .map_err(|_| RelayError::NotAuthorized)?;
+        // On a clustered node, `subscribed` leaves once the node's subscriptions are in place
+        // in NATS.
+        self.gate_on_interest();
         self.reply(&ServerMessage::Subscribed { topic: text });
         Ok(())
     }
