@@ -263,7 +263,9 @@ fn decode_token(token: &str, index: usize, out: &mut Vec<u8>) -> Result<(), Subj
             return Err(bad);
         };
         let byte = hi << 4 | lo;
-        if is_literal(byte) {
+        // A byte that stands for itself is never escaped, and a level never holds '/' (it
+        // separates levels, which are tokens): `a%2Fb` would read back as two levels.
+        if is_literal(byte) || byte == b'/' {
             return Err(bad);
         }
         out.push(byte);
