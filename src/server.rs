@@ -237,6 +237,16 @@ impl Server {
             if let Some(sessions) = ctx.services.get::<mesgd_providers::sessions::Sessions>() {
                 cluster.replicate_logins(sessions).await?;
             }
+            if let Some((dir, keys)) = ctx.content.token_keys() {
+                cluster
+                    .share_token_keys(
+                        dir,
+                        Arc::new(move || {
+                            keys.reload_if_changed();
+                        }),
+                    )
+                    .await?;
+            }
         }
         if let Some(token) = metrics_token(&config)? {
             ctx.metrics.require_token(token);
@@ -291,6 +301,7 @@ impl Server {
         }
         tasks.push(tokio::spawn(timer_loop(broker.clone(), stopped.clone())));
         tasks.push(tokio::spawn(crate::relay::sweep_loop(ctx.clone(), stopped.clone())));
+        tasks.push(tokio::spawn(crate::content::watch_keys_loop(ctx.clone(), stopped.clone())));
         if config.mqtt.sys_interval > 0 {
             tasks.push(tokio::spawn(sys_loop(
                 ctx.clone(),

@@ -1,6 +1,6 @@
 //! Admission of content-routing upgrades against a real server: every credential carrier,
 //! claim tokens valid, expired, forged and altered, `public_paths`, `disable_auth`, the login
-//! guard; and the pattern compiler through the real binary and `POST /api/patterns/compile`.
+//! guard; a key rotation made while the server runs; and the pattern compiler through the real binary and `POST /api/patterns/compile`.
 
 #[path = "common/content.rs"]
 mod content;
@@ -46,6 +46,28 @@ async fn a_claim_token_in_every_carrier_admits_a_path_its_pairs_match() {
             assert_eq!(listener.recv().await, m, "{carrier:?} at {path}");
         }
     }
+}
+
+/// A rotation with no grace (the answer to a leaked key), made by another process while the
+/// server runs as `mesgd keys rotate --grace 0s` makes it: the server stops admitting tokens of
+/// the old key without a restart, and admits those of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_while_the_server_runs_ends_the_old_key_without_a_restart() {
+    let s = ContentServer::start("").await;
+    let old = s.forge(&["room", "lobby"]);
+    assert!(s.connect("/room=lobby", Carrier::Bearer(&old)).await.is_ok(), "the key in use works");
+    s.keys().rotate(SystemTime::now(), Duration::ZERO).expect("rotated");
+    let new = s.forge(&["room", "lobby"]);
+    content::within("the server to drop the rotated-out key", async {
+        // The server tells nothing when it reloads its keys: try the old token again.
+        while s.connect("/room=lobby", Carrier::Bearer(&old)).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let r = s.connect("/room=lobby", Carrier::Bearer(&old)).await.err().expect("refused");
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert!(s.connect("/room=lobby", Carrier::Bearer(&new)).await.is_ok(), "the new key's token works");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,6 +86,11 @@ pub struct ClusterConfig {
     /// sessions (replicas: `users_replicas`).
     #[serde(default = "default_logins_stream")]
     pub logins_stream: String,
+    /// Whether the token key store (`<storage.dir>/keys`: the private keys that sign and
+    /// decrypt claim, grant and anonymous tokens) is the same on every node, kept in the logins
+    /// stream. Off, each node has its own and the operator copies the directory to every node.
+    #[serde(default = "default_true")]
+    pub share_token_keys: bool,
     /// The JetStream KV bucket of the session registry (which node owns each client id).
     #[serde(default = "default_registry_bucket")]
     pub registry_bucket: String,
@@ -231,6 +236,7 @@ impl fmt::Debug for ClusterConfig {
             .field("users_stream", &self.users_stream)
             .field("users_replicas", &self.users_replicas)
             .field("logins_stream", &self.logins_stream)
+            .field("share_token_keys", &self.share_token_keys)
             .field("registry_bucket", &self.registry_bucket)
             .field("registry_replicas", &self.registry_replicas)
             .field("registry_timeout_ms", &self.registry_timeout_ms)

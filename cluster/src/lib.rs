@@ -39,6 +39,8 @@
 //! - `streams`: creating a stream at start when other nodes may be creating it too.
 //! - `users`: builtin users and their ACLs the same on every node, through a stream.
 //! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
+//! - `token_keys`: the token key store (claim, grant and anonymous tokens) the same on every
+//!   node, in the logins stream.
 //! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
 //!   takes its lease over.
 //! - `wire`: message headers.
@@ -63,6 +65,7 @@ mod retained;
 mod sessions;
 mod stats;
 mod streams;
+mod token_keys;
 mod users;
 mod wills;
 mod wire;
@@ -86,6 +89,7 @@ pub use self::durable::DurableConfig;
 pub use self::relay::RelayClusterStats;
 pub use self::sessions::SessionCopies;
 pub use self::stats::{ClusterStats, Kind};
+pub use self::token_keys::ReloadKeys;
 pub use self::wire::WireError;
 
 /// Why the node could not join the cluster.
@@ -398,6 +402,24 @@ impl Cluster {
         let stream = logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas).await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
         let task = logins::start(self.js.clone(), stream, sessions, self.stats.clone(), wait).await?;
+        mesgd_core::sync::lock(&self.tasks).push(task);
+        Ok(())
+    }
+
+    /// Makes the token key store in `dir` the same on every node (the `token_keys` module
+    /// describes how), unless `share_token_keys` is off: takes the cluster's store, or stores
+    /// this one when the cluster has none, then follows both; `reload` is called each time the
+    /// store in `dir` was replaced by the cluster's.
+    pub async fn share_token_keys(
+        &self,
+        dir: std::path::PathBuf,
+        reload: ReloadKeys,
+    ) -> Result<(), StartError> {
+        if !self.config.share_token_keys {
+            return Ok(());
+        }
+        let stream = logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas).await?;
+        let task = token_keys::start(self.js.clone(), stream, dir, reload, self.stats.clone()).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
     }

@@ -56,12 +56,14 @@ pub(crate) async fn stream(js: &Context, name: &str, replicas: usize) -> Result<
         name: name.to_owned(),
         subjects: vec![format!("{PREFIX}.>")],
         max_messages_per_subject: 1,
-        // Every unexpired logout, and the key.
-        max_messages: MAX_REVOKED as i64 + 1,
+        // Every unexpired logout, the key, and the token key store (`token_keys`).
+        max_messages: MAX_REVOKED as i64 + 2,
         discard: stream::DiscardPolicy::New,
         storage: stream::StorageType::File,
         num_replicas: replicas,
-        description: Some("mesgd login sessions: the signing key and the ended sessions".to_owned()),
+        description: Some(
+            "mesgd login sessions: the signing key and the ended sessions; the token keys".to_owned(),
+        ),
         ..Default::default()
     };
     crate::streams::get_or_create(js, config).await.map_err(StartError::Logins)

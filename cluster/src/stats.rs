@@ -102,6 +102,17 @@ pub struct ClusterStats {
     pub logins_revocations_pruned: AtomicU64,
     /// Unusable messages in the logins stream (ignored).
     pub logins_invalid: AtomicU64,
+    /// Times this node made its token key store the cluster's (at the start, and each time
+    /// another node changed it).
+    pub token_keys_adopted: AtomicU64,
+    /// Changes of this node's token key store stored in the cluster (its first store, or a
+    /// rotation here).
+    pub token_keys_published: AtomicU64,
+    /// Changes of this node's token key store that could not be stored (retried), or lost a
+    /// race with another node's change.
+    pub token_keys_publish_errors: AtomicU64,
+    /// Key stores from the cluster that could not be read or written here (kept the old keys).
+    pub token_keys_invalid: AtomicU64,
     /// Client ids this node claimed in the session registry.
     pub registry_claims: AtomicU64,
     /// Compare-and-swap conflicts while claiming (another node wrote the record meanwhile).
@@ -409,6 +420,30 @@ impl ClusterStats {
                 get(&self.logins_revocations_pruned),
             ),
             ("logins_invalid", "Unusable messages in the logins stream", Counter, get(&self.logins_invalid)),
+            (
+                "token_keys_adopted",
+                "Times this node's token key store was made the cluster's",
+                Counter,
+                get(&self.token_keys_adopted),
+            ),
+            (
+                "token_keys_published",
+                "Changes of this node's token key store stored in the cluster",
+                Counter,
+                get(&self.token_keys_published),
+            ),
+            (
+                "token_keys_publish_errors",
+                "Changes of this node's token key store not stored (retried, or lost a race)",
+                Counter,
+                get(&self.token_keys_publish_errors),
+            ),
+            (
+                "token_keys_invalid",
+                "Key stores from the cluster that could not be used here",
+                Counter,
+                get(&self.token_keys_invalid),
+            ),
             (
                 "registry_claims",
                 "Client ids claimed in the session registry",

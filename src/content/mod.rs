@@ -79,6 +79,57 @@ impl Keys {
             }
         }
     }
+
+    /// Reloads the store if its `keys.json` changed on disk (`mesgd keys rotate` in another
+    /// process, or the cluster's store imported); whether it did. Blocking: file reads.
+    pub(crate) fn reload_if_changed(&self) -> bool {
+        match read(&self.store).is_stale() {
+            Ok(false) => return false,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the token key store; keeping the keys loaded");
+                return false;
+            }
+        }
+        match write(&self.store).refresh(SystemTime::now()) {
+            Ok(changed) => {
+                if changed {
+                    tracing::info!(current = %read(&self.store).current_key_id(), "token keys reloaded");
+                }
+                changed
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot re-read the token key store; keeping the keys loaded");
+                false
+            }
+        }
+    }
+}
+
+/// How often the key store's `keys.json` is compared with the one loaded.
+const WATCH_KEYS_EVERY: Duration = Duration::from_secs(1);
+
+/// Reloads the token keys within a second of a change on disk, so that a rotation made while
+/// the server runs (`mesgd keys rotate`, above all `--grace 0s` for a leaked key) holds for
+/// the tokens it verifies and signs, not only once a token names a key it does not know.
+pub(crate) async fn watch_keys_loop(
+    ctx: Arc<crate::context::ServerContext>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some((_, keys)) = ctx.content.token_keys() else {
+        return;
+    };
+    let mut ticker = tokio::time::interval(WATCH_KEYS_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = ticker.tick() => {
+                let keys = keys.clone();
+                let _ = tokio::task::spawn_blocking(move || keys.reload_if_changed()).await;
+            }
+        }
+    }
 }
 
 /// Why a token could not be verified.
@@ -148,6 +199,14 @@ impl Content {
     ) -> Option<T> {
         let keys = self.keys.clone()?;
         tokio::task::spawn_blocking(move || f(&read(&keys.store))).await.ok()
+    }
+
+    /// The token key store's directory and its keys, if this server has them (an `http`
+    /// listener).
+    pub(crate) fn token_keys(&self) -> Option<(std::path::PathBuf, Arc<Keys>)> {
+        let keys = self.keys.clone()?;
+        let dir = read(&keys.store).dir().to_owned();
+        Some((dir, keys))
     }
 
     /// The counters.

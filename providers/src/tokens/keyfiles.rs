@@ -70,20 +70,25 @@ impl Meta {
         let Some(bytes) = read_bounded(&path)? else {
             return Ok(None);
         };
-        let meta: Meta = serde_json::from_slice(&bytes).map_err(|e| KeyError::Corrupt {
-            path: path.clone(),
-            why: format!("not valid key metadata: {e}"),
-        })?;
+        Meta::parse(&bytes).map(Some).map_err(|why| KeyError::Corrupt { path, why })
+    }
+
+    /// Reads metadata from its JSON, refusing what [`Meta::read`] refuses; the error says why.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Meta, String> {
+        let meta: Meta = serde_json::from_slice(bytes).map_err(|e| format!("not valid key metadata: {e}"))?;
         if meta.format != META_FORMAT {
-            return Err(KeyError::Corrupt {
-                path,
-                why: format!("metadata format {} is not {META_FORMAT}", meta.format),
-            });
+            return Err(format!("metadata format {} is not {META_FORMAT}", meta.format));
         }
         if meta.retired.iter().any(|r| r.until.is_none()) {
-            return Err(KeyError::Corrupt { path, why: "a retired key has no `until`".into() });
+            return Err("a retired key has no `until`".into());
         }
-        Ok(Some(meta))
+        let ids = std::iter::once(&meta.current).chain(&meta.retired);
+        if ids.clone().any(|k| {
+            k.id.len() != 16 || !k.id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        }) {
+            return Err("a key id is not 16 lower-case hex digits".into());
+        }
+        Ok(meta)
     }
 
     /// Writes `dir/keys.json` atomically.

@@ -111,6 +111,18 @@ impl KeySet {
         })
     }
 
+    /// The set of an RSA and an ECDSA private key, each PKCS#8 DER, checked as at load.
+    pub(crate) fn from_der(rsa_der: &[u8], ec_der: &[u8]) -> Result<KeySet, DerError> {
+        let rsa = PrivateDecryptingKey::from_pkcs8(rsa_der)
+            .map_err(|_| DerError::Rsa("not an RSA private key in PKCS#8 DER"))?;
+        if rsa.key_size_bits() < 2048 {
+            return Err(DerError::Rsa("the RSA key is shorter than 2048 bits"));
+        }
+        let ec = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, ec_der)
+            .map_err(|_| DerError::Ec("not an ECDSA P-256 private key in PKCS#8 DER"))?;
+        KeySet::from_parts(rsa, ec).map_err(DerError::Rsa)
+    }
+
     /// Loads set `id` from `dir`; `Ok(None)` if one of its files is gone (a concurrent prune).
     fn load(dir: &Path, id: &str) -> Result<Option<KeySet>, KeyError> {
         let [rsa_name, ec_name] = keyfiles::key_file_names(id);
@@ -122,14 +134,10 @@ impl KeySet {
         };
         let corrupt =
             |path: &Path, why: &str| KeyError::Corrupt { path: path.to_owned(), why: why.to_owned() };
-        let rsa = PrivateDecryptingKey::from_pkcs8(&rsa_der)
-            .map_err(|_| corrupt(&rsa_path, "not an RSA private key in PKCS#8 DER"))?;
-        if rsa.key_size_bits() < 2048 {
-            return Err(corrupt(&rsa_path, "the RSA key is shorter than 2048 bits"));
-        }
-        let ec = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &ec_der)
-            .map_err(|_| corrupt(&ec_path, "not an ECDSA P-256 private key in PKCS#8 DER"))?;
-        let set = KeySet::from_parts(rsa, ec).map_err(|why| corrupt(&rsa_path, why))?;
+        let set = KeySet::from_der(&rsa_der, &ec_der).map_err(|e| match e {
+            DerError::Rsa(why) => corrupt(&rsa_path, why),
+            DerError::Ec(why) => corrupt(&ec_path, why),
+        })?;
         if set.id.to_string() != id {
             return Err(corrupt(
                 &ec_path,
@@ -141,6 +149,13 @@ impl KeySet {
         }
         Ok(Some(set))
     }
+}
+
+/// Which of a set's two keys is unusable, and why.
+#[derive(Debug)]
+pub(crate) enum DerError {
+    Rsa(&'static str),
+    Ec(&'static str),
 }
 
 /// A retired key set and its grace period.
@@ -266,6 +281,13 @@ impl KeyStore {
         }
     }
 
+    /// Whether `keys.json` on disk is no longer the one this store loaded (another process,
+    /// or a cluster, changed the keys): a cheap read that takes no lock, for a caller that
+    /// holds the store behind a lock and wants [`KeyStore::refresh`]'s write only when needed.
+    pub fn is_stale(&self) -> Result<bool, KeyError> {
+        Ok(Meta::read(&self.dir)?.as_ref() != Some(&self.meta))
+    }
+
     /// The directory the store lives in.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -351,7 +373,7 @@ impl KeyStore {
     }
 }
 
-fn write_key_files(dir: &Path, id: KeyId, files: &[Vec<u8>; 2]) -> Result<(), KeyError> {
+pub(crate) fn write_key_files(dir: &Path, id: KeyId, files: &[Vec<u8>; 2]) -> Result<(), KeyError> {
     let id = id.to_string();
     for (name, bytes) in keyfiles::key_file_names(&id).iter().zip(files) {
         keyfiles::write_atomic(dir, name, bytes)?;
@@ -359,7 +381,7 @@ fn write_key_files(dir: &Path, id: KeyId, files: &[Vec<u8>; 2]) -> Result<(), Ke
     Ok(())
 }
 
-fn parse_key_id(text: &str) -> Option<KeyId> {
+pub(crate) fn parse_key_id(text: &str) -> Option<KeyId> {
     if text.len() != 16 {
         return None;
     }

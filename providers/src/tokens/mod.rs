@@ -16,6 +16,8 @@
 //! - `keys` and `keyfiles`: the [`KeyStore`] under `<storage.dir>/keys/`: generation on first
 //!   use, atomic owner-only files, the `flock` that makes creation and rotation race-safe, and
 //!   rotation with a grace period.
+//! - `shared`: [`SharedKeys`], the whole store as the nodes of a cluster exchange it, and its
+//!   import into a node's own store.
 //! - `ops`: [`issue`], [`forge_claim`] and [`verify`], the one implementation every caller uses.
 //! - [`check`]: `mesgd check`'s rule (the pairs, as a JSON message, against a path), with
 //!   [`ContentPaths`], the `mesgd_core::content` matcher, behind the [`PathMatcher`] seam.
@@ -31,8 +33,11 @@ mod keyfiles;
 mod keys;
 mod ops;
 pub mod sdk;
+pub mod shared;
 mod wire;
 
+#[cfg(test)]
+mod shared_tests;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +48,7 @@ pub use claims::{
 pub use error::{KeyError, TokenError};
 pub use keys::{KeyId, KeyInfo, KeyStore, MAX_RETIRED, RSA_BITS, keys_dir};
 pub use ops::{forge_claim, issue, verify};
+pub use shared::{KeysVersion, MAX_SHARED_KEYS_LEN, SharedKeys, SharedKeysError};
 pub use wire::{Envelope, VERSION, parse};
 
 /// The longest token accepted, in bytes of text: refused before any decoding or crypto.
