@@ -1,6 +1,10 @@
-//! Builtin users and their ACLs on every node: one JetStream stream that keeps the last
-//! message per user (`mesgd.users.<key>`, `max_messages_per_subject = 1`), the user's
-//! [`ReplicatedUser`] as JSON, or an empty payload once the user was removed.
+//! Builtin users, their ACLs and their content-routing access on every node: one JetStream
+//! stream that keeps the last message per user (`mesgd.users.<key>`) and per content-routing
+//! role (`mesgd.users.role.<key>`; `max_messages_per_subject = 1`): the user's
+//! [`ReplicatedUser`] (its direct patterns and role names included) or the role's
+//! [`ReplicatedRole`] as JSON, or an empty payload once it was removed. Users and roles follow
+//! the same rules below (one `Side` each); a node publishes a change of roles before the users
+//! that name them, and a removed role after them.
 //!
 //! Each node keeps its own SQLite store, written by its command line and REST API, and its
 //! [`UserDirectory`] notices every change (its poll). The replicator here sits between that
@@ -32,22 +36,22 @@ use std::time::Duration;
 use async_nats::jetstream::{self, Context, consumer, stream};
 use futures_util::StreamExt;
 use mesgd_core::cluster::client_key;
-use mesgd_providers::builtin::{ReplicatedUser, UserDirectory, UserRecord};
+use mesgd_providers::builtin::{ReplicatedRole, ReplicatedUser, Store, UserDirectory};
 use tokio::task::JoinHandle;
 
 use crate::stats::ClusterStats;
 
 /// The subjects' prefix: a user's subject is `mesgd.users.<client_key of the username>`.
 const PREFIX: &str = "mesgd.users";
+/// A role's subject is `mesgd.users.role.<client_key of the name>`: four tokens, never a
+/// user's three.
+const ROLE_TOKEN: &str = "role";
 
 /// How often the store is compared with the stream regardless of changes.
 const RECONCILE: Duration = Duration::from_secs(5);
 
 /// How long one publish may wait for the stream's acknowledgement.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the stream last said of each user: `None` once removed.
-type Known = HashMap<String, Option<ReplicatedUser>>;
 
 /// The stream of users, created if it does not exist.
 pub(crate) async fn stream(
@@ -61,14 +65,15 @@ pub(crate) async fn stream(
         max_messages_per_subject: 1,
         storage: stream::StorageType::File,
         num_replicas: replicas,
-        description: Some("mesgd builtin users: the last state of each".to_owned()),
+        description: Some("mesgd builtin users and content-routing roles: the last state of each".to_owned()),
         ..Default::default()
     };
     crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Users)
 }
 
 /// Applies what the stream holds to the local store (waiting at most `load_timeout` for it),
-/// publishes the users only this node has, and then keeps both in step until the node stops.
+/// publishes the users and roles only this node has, and then keeps both in step until the
+/// node stops.
 pub(crate) async fn start(
     js: Context,
     stream: &stream::Stream,
@@ -86,15 +91,8 @@ pub(crate) async fn start(
     let mut consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
     let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
     let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
-    let mut replicator = Replicator {
-        js,
-        directory,
-        stats,
-        known: Known::new(),
-        seen: Arc::default(),
-        unsent: HashSet::new(),
-        base: Known::new(),
-    };
+    let mut replicator =
+        Replicator { node: Node { js, directory, stats }, users: Side::default(), roles: Side::default() };
     let loaded = tokio::time::timeout(load_timeout, async {
         while pending > 0 {
             let Some(Ok(m)) = messages.next().await else { break };
@@ -108,39 +106,331 @@ pub(crate) async fn start(
             "cluster: the builtin users in the stream were not all loaded in time; the rest arrive later"
         );
     }
-    replicator.directory.sync().await;
-    replicator.seen = replicator.directory.records();
-    // Users only this node has join the cluster; those the stream has are the stream's.
-    let only_here: Vec<Arc<UserRecord>> = replicator
-        .seen
-        .iter()
-        .filter(|(name, _)| !replicator.known.contains_key(*name))
-        .map(|(_, record)| record.clone())
-        .collect();
-    for record in only_here {
-        replicator.publish(&record.username, Some(ReplicatedUser::of(&record))).await;
-    }
+    replicator.node.directory.sync().await;
+    replicator.users.seen = Users::snapshot(&replicator.node).await.unwrap_or_default();
+    replicator.roles.seen = Roles::snapshot(&replicator.node).await.unwrap_or_default();
+    // Users and roles only this node has join the cluster; those the stream has are the
+    // stream's. Roles first, so that a user's roles are there before it.
+    replicator.roles.publish_unknown(&replicator.node).await;
+    replicator.users.publish_unknown(&replicator.node).await;
     Ok(tokio::spawn(replicator.run(messages)))
 }
 
-struct Replicator {
+/// What the two sides share: the connection, the store, the counters (users and roles are
+/// counted together in the `users_*` counters).
+struct Node {
     js: Context,
     directory: Arc<UserDirectory>,
     stats: Arc<ClusterStats>,
-    known: Known,
-    /// The directory's copy when the replicator last looked.
-    seen: Arc<HashMap<String, Arc<UserRecord>>>,
-    /// Users changed here whose publish failed: the store has the newer state.
+}
+
+/// One kind of record in the stream: users, or roles.
+trait Kind: Send + 'static {
+    type Value: Clone + PartialEq + Send + Sync + 'static;
+    /// What the log lines call it.
+    const NAME: &'static str;
+    /// The subject of the record named `key` (already escaped).
+    fn subject(key: &str) -> String;
+    fn decode(bytes: &[u8], name: &str) -> Result<Self::Value, String>;
+    fn encode(value: &Self::Value) -> Vec<u8>;
+    /// The store's record `name` as it travels.
+    fn read(store: &Store, name: &str) -> Result<Option<Self::Value>, String>;
+    /// Writes `value` (idempotent: `false` when the store held it already).
+    fn put(store: &Store, value: &Self::Value) -> Result<bool, String>;
+    fn remove(store: &Store, name: &str) -> Result<bool, String>;
+    /// Every record the node has now, by name.
+    fn snapshot(node: &Node) -> impl Future<Output = Option<HashMap<String, Self::Value>>> + Send;
+    /// Whether a record the stream does not know is published on its own: an empty role is
+    /// not, since the users that hold it bring it (a node that writes such a user makes the
+    /// role, empty, and must not send that empty role over the real one on its way).
+    fn travels_alone(_value: &Self::Value) -> bool {
+        true
+    }
+}
+
+struct Users;
+
+impl Kind for Users {
+    type Value = ReplicatedUser;
+    const NAME: &'static str = "user";
+
+    fn subject(key: &str) -> String {
+        format!("{PREFIX}.{key}")
+    }
+
+    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedUser, String> {
+        match ReplicatedUser::decode(bytes) {
+            Ok(user) if user.username == name => Ok(user),
+            Ok(_) => Err("a user under another user's subject".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn encode(user: &ReplicatedUser) -> Vec<u8> {
+        user.encode()
+    }
+
+    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedUser>, String> {
+        Ok(store.user(name).map_err(|e| e.to_string())?.map(|r| ReplicatedUser::of(&r)))
+    }
+
+    fn put(store: &Store, user: &ReplicatedUser) -> Result<bool, String> {
+        store.put_replicated(user).map_err(|e| e.to_string())
+    }
+
+    fn remove(store: &Store, name: &str) -> Result<bool, String> {
+        store.remove_replicated(name).map_err(|e| e.to_string())
+    }
+
+    async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedUser>> {
+        // The directory's copy: in memory, what its last poll installed.
+        let records = node.directory.records();
+        Some(records.iter().map(|(name, record)| (name.clone(), ReplicatedUser::of(record))).collect())
+    }
+}
+
+struct Roles;
+
+impl Kind for Roles {
+    type Value = ReplicatedRole;
+    const NAME: &'static str = "role";
+
+    fn subject(key: &str) -> String {
+        format!("{PREFIX}.{ROLE_TOKEN}.{key}")
+    }
+
+    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedRole, String> {
+        match ReplicatedRole::decode(bytes) {
+            Ok(role) if role.name == name => Ok(role),
+            Ok(_) => Err("a role under another role's subject".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn encode(role: &ReplicatedRole) -> Vec<u8> {
+        role.encode()
+    }
+
+    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedRole>, String> {
+        store.replicated_role(name).map_err(|e| e.to_string())
+    }
+
+    fn put(store: &Store, role: &ReplicatedRole) -> Result<bool, String> {
+        store.put_replicated_role(role).map_err(|e| e.to_string())
+    }
+
+    fn remove(store: &Store, name: &str) -> Result<bool, String> {
+        store.remove_replicated_role(name).map_err(|e| e.to_string())
+    }
+
+    fn travels_alone(role: &ReplicatedRole) -> bool {
+        !role.patterns.is_empty()
+    }
+
+    async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedRole>> {
+        let directory = node.directory.clone();
+        match tokio::task::spawn_blocking(move || directory.store().replicated_roles()).await {
+            Ok(Ok(roles)) => Some(roles),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cluster: cannot read the content-routing roles; retried later");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// The replicator's knowledge of one kind of record.
+struct Side<K: Kind> {
+    /// What the stream last said of each record: `None` once removed.
+    known: HashMap<String, Option<K::Value>>,
+    /// The node's records when the replicator last looked.
+    seen: HashMap<String, K::Value>,
+    /// Records changed here whose publish failed: the store has the newer state.
     unsent: HashSet<String>,
-    /// What the store held of each user when the replicator last knew it (what it wrote, or
-    /// what the directory showed it): a store that holds something else has a local change
-    /// not yet published, which a message from the stream must not overwrite.
-    base: Known,
+    /// What the store held of each record when the replicator last knew it (what it wrote, or
+    /// what it saw there): a store that holds something else has a local change not yet
+    /// published, which a message from the stream must not overwrite.
+    base: HashMap<String, Option<K::Value>>,
+}
+
+impl<K: Kind> Default for Side<K> {
+    fn default() -> Self {
+        Side { known: HashMap::new(), seen: HashMap::new(), unsent: HashSet::new(), base: HashMap::new() }
+    }
+}
+
+impl<K: Kind> Side<K> {
+    /// A message of the stream for record `key`: remembered, and written into the local
+    /// store; whether the store changed.
+    async fn received(&mut self, node: &Node, key: &str, payload: &[u8]) -> bool {
+        let Ok(name) = client_key::decode(key) else {
+            ClusterStats::add(&node.stats.users_invalid, 1);
+            return false;
+        };
+        let value = if payload.is_empty() {
+            None
+        } else {
+            match K::decode(payload, &name) {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    ClusterStats::add(&node.stats.users_invalid, 1);
+                    tracing::warn!(kind = K::NAME, name = %name, error = %e, "cluster: unusable replicated record; ignored");
+                    return false;
+                }
+            }
+        };
+        self.known.insert(name.clone(), value.clone());
+        self.write_local(node, &name, value).await
+    }
+
+    /// Writes what the stream says of `name` into the local store, unless the store holds a
+    /// local change not yet published (then the change is published next and wins); whether
+    /// it changed anything.
+    async fn write_local(&mut self, node: &Node, name: &str, value: Option<K::Value>) -> bool {
+        let directory = node.directory.clone();
+        let owned = name.to_owned();
+        let base = match self.base.get(name) {
+            Some(state) => state.clone(),
+            None => self.seen.get(name).cloned(),
+        };
+        let wanted = value.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let store = directory.store();
+            let current = K::read(store, &owned)?;
+            if current != base && current != wanted {
+                return Ok(None);
+            }
+            match &wanted {
+                Some(value) => K::put(store, value),
+                None => K::remove(store, &owned),
+            }
+            .map(Some)
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        match written {
+            Ok(Some(changed)) => {
+                self.base.insert(name.to_owned(), value);
+                if changed {
+                    ClusterStats::add(&node.stats.users_applied, 1);
+                }
+                changed
+            }
+            Ok(None) => {
+                ClusterStats::add(&node.stats.users_kept_local, 1);
+                false
+            }
+            Err(e) => {
+                ClusterStats::add(&node.stats.users_apply_errors, 1);
+                tracing::warn!(kind = K::NAME, name = %name, error = %e, "cluster: cannot write a replicated record to the store; retried later");
+                false
+            }
+        }
+    }
+
+    /// The node's records are now `now`: what changed here and is not what the stream says,
+    /// to be published.
+    fn local_changes(&mut self, now: HashMap<String, K::Value>) -> Vec<(String, Option<K::Value>)> {
+        let before = std::mem::replace(&mut self.seen, now);
+        let names: HashSet<&String> = before.keys().chain(self.seen.keys()).collect();
+        let mut out = Vec::new();
+        for name in names {
+            let (old, new) = (before.get(name), self.seen.get(name));
+            if old == new {
+                continue;
+            }
+            let state = new.cloned();
+            self.base.insert(name.clone(), state.clone());
+            match (&state, self.known.get(name)) {
+                // Removed here, and the stream does not know it (or knows it removed).
+                (None, None | Some(None)) => {}
+                (Some(value), Some(Some(said))) if value == said => {}
+                (Some(value), None) if !K::travels_alone(value) => {}
+                _ => out.push((name.clone(), state)),
+            }
+        }
+        out
+    }
+
+    /// Brings the store (as `now`) and the stream level: a change here whose publish failed,
+    /// and a record only the store has, are published again; a record the stream has and the
+    /// store does not hold the same (a write that failed) is written again. Whether the store
+    /// changed.
+    async fn reconcile(&mut self, node: &Node, now: &HashMap<String, K::Value>) -> bool {
+        let retry: Vec<String> = self.unsent.iter().cloned().collect();
+        for name in retry {
+            self.publish(node, &name, now.get(&name).cloned()).await;
+        }
+        let rewrite: Vec<(String, Option<K::Value>)> = self
+            .known
+            .iter()
+            .filter(|(name, said)| !self.unsent.contains(*name) && now.get(*name) != said.as_ref())
+            .map(|(name, said)| (name.clone(), said.clone()))
+            .collect();
+        let mut changed = false;
+        for (name, said) in rewrite {
+            changed |= self.write_local(node, &name, said).await;
+        }
+        self.publish_unknown_in(node, now).await;
+        changed
+    }
+
+    /// Publishes the records in `seen` the stream does not know.
+    async fn publish_unknown(&mut self, node: &Node) {
+        let seen = self.seen.clone();
+        self.publish_unknown_in(node, &seen).await;
+    }
+
+    async fn publish_unknown_in(&mut self, node: &Node, records: &HashMap<String, K::Value>) {
+        let unpublished: Vec<(String, K::Value)> = records
+            .iter()
+            .filter(|(name, value)| !self.known.contains_key(*name) && K::travels_alone(value))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        for (name, value) in unpublished {
+            self.publish(node, &name, Some(value)).await;
+        }
+    }
+
+    /// Stores `state` of `name` in the stream and remembers it as what the stream says.
+    async fn publish(&mut self, node: &Node, name: &str, state: Option<K::Value>) {
+        let Ok(key) = client_key::encode(name) else {
+            ClusterStats::add(&node.stats.users_unreplicable, 1);
+            return;
+        };
+        let payload = state.as_ref().map(K::encode).unwrap_or_default();
+        let stored = async {
+            let ack = node.js.publish(K::subject(&key), payload.into()).await.map_err(|e| e.to_string())?;
+            ack.await.map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(PUBLISH_TIMEOUT, stored).await {
+            Ok(Ok(_)) => {
+                ClusterStats::add(&node.stats.users_published, 1);
+                self.unsent.remove(name);
+                self.known.insert(name.to_owned(), state);
+            }
+            Ok(Err(e)) => self.publish_failed(node, name, &e),
+            Err(_) => self.publish_failed(node, name, "timed out"),
+        }
+    }
+
+    fn publish_failed(&mut self, node: &Node, name: &str, why: &str) {
+        self.unsent.insert(name.to_owned());
+        ClusterStats::add(&node.stats.users_publish_errors, 1);
+        tracing::warn!(kind = K::NAME, name = %name, error = %why, "cluster: a change was not stored in the cluster; retried later");
+    }
+}
+
+struct Replicator {
+    node: Node,
+    users: Side<Users>,
+    roles: Side<Roles>,
 }
 
 impl Replicator {
     async fn run(mut self, mut messages: consumer::pull::Ordered) {
-        let mut changes = self.directory.changes();
+        let mut changes = self.node.directory.changes();
         let mut reconcile = tokio::time::interval(RECONCILE);
         reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -164,179 +454,56 @@ impl Replicator {
         }
     }
 
-    /// A message of the stream: remembered, and written into the local store.
+    /// A message of the stream, to the side its subject names.
     async fn received(&mut self, m: &jetstream::Message) {
-        let Some(name) = m.subject.as_str().strip_prefix(PREFIX).and_then(|s| s.strip_prefix('.')) else {
-            ClusterStats::add(&self.stats.users_invalid, 1);
+        let Some(rest) = m.subject.as_str().strip_prefix(PREFIX).and_then(|s| s.strip_prefix('.')) else {
+            ClusterStats::add(&self.node.stats.users_invalid, 1);
             return;
         };
-        let Ok(username) = client_key::decode(name) else {
-            ClusterStats::add(&self.stats.users_invalid, 1);
-            return;
+        let changed = match rest.strip_prefix(ROLE_TOKEN).and_then(|s| s.strip_prefix('.')) {
+            Some(key) => self.roles.received(&self.node, key, &m.payload).await,
+            None => self.users.received(&self.node, rest, &m.payload).await,
         };
-        let user = if m.payload.is_empty() {
-            None
-        } else {
-            match ReplicatedUser::decode(&m.payload) {
-                Ok(user) if user.username == username => Some(user),
-                Ok(_) => {
-                    ClusterStats::add(&self.stats.users_invalid, 1);
-                    tracing::warn!(user = %username, "cluster: a replicated user under another user's subject; ignored");
-                    return;
-                }
-                Err(e) => {
-                    ClusterStats::add(&self.stats.users_invalid, 1);
-                    tracing::warn!(user = %username, error = %e, "cluster: unusable replicated user; ignored");
-                    return;
-                }
-            }
-        };
-        self.known.insert(username.clone(), user.clone());
-        if self.write_local(&username, user).await {
+        if changed {
             // The directory's poll would find it within its interval; at once is better.
-            self.directory.check_now();
-        }
-    }
-
-    /// Writes what the stream says of `username` into the local store, unless the store holds
-    /// a local change not yet published (then the change is published next and wins); whether
-    /// it changed anything.
-    async fn write_local(&mut self, username: &str, user: Option<ReplicatedUser>) -> bool {
-        let directory = self.directory.clone();
-        let name = username.to_owned();
-        let base = match self.base.get(username) {
-            Some(state) => state.clone(),
-            None => self.seen.get(username).map(|r| ReplicatedUser::of(r)),
-        };
-        let wanted = user.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let store = directory.store();
-            let current = store.user(&name).map_err(|e| e.to_string())?.map(|r| ReplicatedUser::of(&r));
-            if current != base && current != wanted {
-                return Ok(None);
-            }
-            match &wanted {
-                Some(user) => store.put_replicated(user).map_err(|e| e.to_string()),
-                None => store.remove_replicated(&name).map_err(|e| e.to_string()),
-            }
-            .map(Some)
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
-        match written {
-            Ok(Some(changed)) => {
-                self.base.insert(username.to_owned(), user);
-                if changed {
-                    ClusterStats::add(&self.stats.users_applied, 1);
-                }
-                changed
-            }
-            Ok(None) => {
-                ClusterStats::add(&self.stats.users_kept_local, 1);
-                false
-            }
-            Err(e) => {
-                ClusterStats::add(&self.stats.users_apply_errors, 1);
-                tracing::warn!(user = %username, error = %e, "cluster: cannot write a replicated user to the store; retried later");
-                false
-            }
+            self.node.directory.check_now();
         }
     }
 
     /// The directory installed a new copy: publishes what changed here and is not what the
-    /// stream says.
+    /// stream says; roles that are new or changed before the users (who may name them),
+    /// removed ones after.
     async fn local_changes(&mut self) {
-        let now = self.directory.records();
-        let before = std::mem::replace(&mut self.seen, now.clone());
-        let names: HashSet<&String> = before.keys().chain(now.keys()).collect();
-        let mut out = Vec::new();
-        for name in names {
-            let (old, new) = (before.get(name), now.get(name));
-            if old == new {
-                continue;
-            }
-            let state = new.map(|r| ReplicatedUser::of(r));
-            self.base.insert(name.clone(), state.clone());
-            let stream_says = self.known.get(name);
-            match (&state, stream_says) {
-                // Removed here, and the stream does not know the user (or knows it removed).
-                (None, None | Some(None)) => {}
-                (Some(user), Some(Some(said))) if user == said => {}
-                _ => out.push((name.clone(), state)),
-            }
+        let roles_out = match Roles::snapshot(&self.node).await {
+            Some(now) => self.roles.local_changes(now),
+            None => Vec::new(),
+        };
+        let users_out = match Users::snapshot(&self.node).await {
+            Some(now) => self.users.local_changes(now),
+            None => Vec::new(),
+        };
+        let (removed_roles, roles): (Vec<_>, Vec<_>) = roles_out.into_iter().partition(|(_, s)| s.is_none());
+        for (name, state) in roles {
+            self.roles.publish(&self.node, &name, state).await;
         }
-        for (name, state) in out {
-            self.publish(&name, state).await;
+        for (name, state) in users_out {
+            self.users.publish(&self.node, &name, state).await;
+        }
+        for (name, state) in removed_roles {
+            self.roles.publish(&self.node, &name, state).await;
         }
     }
 
-    /// Brings the store and the stream level: a change here whose publish failed, and a user
-    /// only the store has, are published again; a user the stream has and the store does not
-    /// hold the same (a write that failed) is written again.
     async fn reconcile(&mut self) {
-        let now = self.directory.records();
-        let retry: Vec<String> = self.unsent.iter().cloned().collect();
-        for name in retry {
-            let state = now.get(&name).map(|r| ReplicatedUser::of(r));
-            self.publish(&name, state).await;
-        }
-        let mut rewrite = Vec::new();
-        for (name, said) in &self.known {
-            if self.unsent.contains(name) {
-                continue;
-            }
-            let same = match (said, now.get(name)) {
-                (Some(user), Some(record)) => user.same_as(record),
-                (None, None) => true,
-                _ => false,
-            };
-            if !same {
-                rewrite.push((name.clone(), said.clone()));
-            }
-        }
         let mut changed = false;
-        for (name, said) in rewrite {
-            changed |= self.write_local(&name, said).await;
+        if let Some(now) = Roles::snapshot(&self.node).await {
+            changed |= self.roles.reconcile(&self.node, &now).await;
+        }
+        if let Some(now) = Users::snapshot(&self.node).await {
+            changed |= self.users.reconcile(&self.node, &now).await;
         }
         if changed {
-            self.directory.check_now();
+            self.node.directory.check_now();
         }
-        let unpublished: Vec<Arc<UserRecord>> =
-            now.iter().filter(|(name, _)| !self.known.contains_key(*name)).map(|(_, r)| r.clone()).collect();
-        for record in unpublished {
-            self.publish(&record.username, Some(ReplicatedUser::of(&record))).await;
-        }
-    }
-
-    /// Stores `state` of `username` in the stream and remembers it as what the stream says.
-    async fn publish(&mut self, username: &str, state: Option<ReplicatedUser>) {
-        let Ok(key) = client_key::encode(username) else {
-            ClusterStats::add(&self.stats.users_unreplicable, 1);
-            return;
-        };
-        let payload = state.as_ref().map(ReplicatedUser::encode).unwrap_or_default();
-        let stored = async {
-            let ack = self
-                .js
-                .publish(format!("{PREFIX}.{key}"), payload.into())
-                .await
-                .map_err(|e| e.to_string())?;
-            ack.await.map_err(|e| e.to_string())
-        };
-        match tokio::time::timeout(PUBLISH_TIMEOUT, stored).await {
-            Ok(Ok(_)) => {
-                ClusterStats::add(&self.stats.users_published, 1);
-                self.unsent.remove(username);
-                self.known.insert(username.to_owned(), state);
-            }
-            Ok(Err(e)) => self.publish_failed(username, &e),
-            Err(_) => self.publish_failed(username, "timed out"),
-        }
-    }
-
-    fn publish_failed(&mut self, username: &str, why: &str) {
-        self.unsent.insert(username.to_owned());
-        ClusterStats::add(&self.stats.users_publish_errors, 1);
-        tracing::warn!(user = %username, error = %why, "cluster: a user change was not stored in the cluster; retried later");
     }
 }

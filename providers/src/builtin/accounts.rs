@@ -47,7 +47,7 @@ pub fn canonical_pattern(text: &str) -> Result<String, StoreError> {
     })
 }
 
-fn validate_role_name(name: &str) -> Result<(), StoreError> {
+pub(super) fn validate_role_name(name: &str) -> Result<(), StoreError> {
     let invalid = |reason| StoreError::InvalidRoleName { name: name.chars().take(64).collect(), reason };
     if name.is_empty() {
         return Err(invalid("it is empty"));
@@ -360,7 +360,7 @@ impl Store {
     }
 }
 
-fn ensure_permission(tx: &Transaction<'_>, pattern: &str) -> rusqlite::Result<i64> {
+pub(super) fn ensure_permission(tx: &Transaction<'_>, pattern: &str) -> rusqlite::Result<i64> {
     tx.execute(
         "INSERT INTO content_permissions (pattern) VALUES (?1) ON CONFLICT DO NOTHING",
         params![pattern],
@@ -400,6 +400,47 @@ pub(super) fn load_patterns(
     for row in rows {
         let (user, pattern) = row.map_err(db_error)?;
         by_user.entry(user).or_default().push(pattern);
+    }
+    Ok(by_user)
+}
+
+/// What an account reaches by content routing: its patterns (the union), those assigned
+/// directly, and its roles, each sorted.
+#[derive(Debug, Default)]
+pub(super) struct Access {
+    pub(super) patterns: Vec<String>,
+    pub(super) direct: Vec<String>,
+    pub(super) roles: Vec<String>,
+}
+
+/// The [`Access`] of each user that has any; of one user when `only` names one.
+pub(super) fn load_access(
+    conn: &Connection,
+    path: &FsPath,
+    only: Option<i64>,
+) -> Result<HashMap<i64, Access>, StoreError> {
+    let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
+    let mut by_user: HashMap<i64, Access> = load_patterns(conn, path, only)?
+        .into_iter()
+        .map(|(user, patterns)| (user, Access { patterns, ..Access::default() }))
+        .collect();
+    let queries = [
+        "SELECT up.user_id, p.pattern FROM user_permissions up
+         JOIN content_permissions p ON p.id = up.permission_id
+         WHERE ?1 IS NULL OR up.user_id = ?1 ORDER BY 1, 2",
+        "SELECT ur.user_id, r.name FROM user_roles ur JOIN content_roles r ON r.id = ur.role_id
+         WHERE ?1 IS NULL OR ur.user_id = ?1 ORDER BY 1, 2",
+    ];
+    for (i, sql) in queries.into_iter().enumerate() {
+        let mut query = conn.prepare_cached(sql).map_err(db_error)?;
+        let rows = query
+            .query_map(params![only], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(db_error)?;
+        for row in rows {
+            let (user, value) = row.map_err(db_error)?;
+            let access = by_user.entry(user).or_default();
+            if i == 0 { access.direct.push(value) } else { access.roles.push(value) }
+        }
     }
     Ok(by_user)
 }

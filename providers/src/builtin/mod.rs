@@ -40,7 +40,7 @@ pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, 
 pub use live::UserDirectory;
 pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
-pub use replica::{ReplicaError, ReplicatedUser};
+pub use replica::{ReplicaError, ReplicatedRole, ReplicatedUser};
 pub use store::{
     AuthType, CONFIG_DB_FILE, Store, StoreError, UserChanges, UserQuery, UserRecord, config_db_path,
 };

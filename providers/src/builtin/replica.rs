@@ -2,11 +2,16 @@
 //! between nodes ([`ReplicatedUser`]), its wire form, and how a node writes one it received
 //! into its own store ([`Store::put_replicated`], [`Store::remove_replicated`]).
 //!
-//! What travels is what decides a login and an ACL: the authentication type, the password
-//! hash, the disabled and unrestricted flags and the ordered rules. A password is never sent,
-//! only its hash (PBKDF2 or bcrypt, as stored); the NATS connection carrying it should be
-//! authenticated and encrypted (`[cluster]` credentials and TLS). Content-routing permissions
-//! and roles are not part of it: they stay with the node's store.
+//! What travels is what decides a login, an ACL and a grant: the authentication type, the
+//! password hash, the disabled and unrestricted flags, the ordered rules, the content-routing
+//! patterns assigned directly and the names of the user's roles. A role travels on its own
+//! ([`ReplicatedRole`]: its name and patterns), so a change of a role is one message, not one
+//! per member. A password is never sent, only its hash (PBKDF2 or bcrypt, as stored); the NATS
+//! connection carrying it should be authenticated and encrypted (`[cluster]` credentials and
+//! TLS).
+//!
+//! A user from a node that did not send patterns and roles (an older version) leaves the
+//! receiving store's patterns and roles of that user as they are.
 //!
 //! Writing a received user is idempotent and writes nothing when the store already holds the
 //! same values, so that applying a node's own change when it comes back from the cluster does
@@ -18,6 +23,7 @@ use mesgd_core::acl::Rule;
 use rusqlite::{OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
+use super::accounts::{MAX_PATTERNS, canonical_pattern, ensure_permission, validate_role_name};
 use super::password;
 use super::store::{AuthType, Store, StoreError, UserRecord, validate_username};
 
@@ -37,6 +43,23 @@ pub struct ReplicatedUser {
     pub unrestricted: bool,
     /// The ordered ACL rules.
     pub rules: Vec<Rule>,
+    /// The content-routing patterns assigned directly, canonical and sorted; `None`: not sent
+    /// (left as the receiving store has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patterns: Option<Vec<String>>,
+    /// The names of the user's roles, sorted; `None`: not sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<String>>,
+}
+
+/// A content-routing role as nodes exchange it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicatedRole {
+    /// The role's name.
+    pub name: String,
+    /// Its patterns, canonical and sorted.
+    pub patterns: Vec<String>,
 }
 
 impl fmt::Debug for ReplicatedUser {
@@ -48,6 +71,8 @@ impl fmt::Debug for ReplicatedUser {
             .field("disabled", &self.disabled)
             .field("unrestricted", &self.unrestricted)
             .field("rules", &self.rules)
+            .field("patterns", &self.patterns)
+            .field("roles", &self.roles)
             .finish()
     }
 }
@@ -70,6 +95,9 @@ pub enum ReplicaError {
     /// The user is not one this store accepts (its name, hash or a rule), or the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Patterns or roles out of their canonical order, repeated, or too many.
+    #[error("replicated account: {0}")]
+    Inconsistent(String),
 }
 
 impl ReplicatedUser {
@@ -82,6 +110,8 @@ impl ReplicatedUser {
             disabled: record.disabled,
             unrestricted: record.unrestricted,
             rules: record.rules.clone(),
+            patterns: Some(record.direct_patterns.clone()),
+            roles: Some(record.roles.clone()),
         }
     }
 
@@ -113,13 +143,72 @@ impl ReplicatedUser {
         for rule in &self.rules {
             rule.validate().map_err(StoreError::from)?;
         }
+        if let Some(patterns) = &self.patterns {
+            validate_patterns(patterns)?;
+        }
+        if let Some(roles) = &self.roles {
+            if roles.len() > MAX_PATTERNS {
+                return Err(ReplicaError::Inconsistent(format!("more than {MAX_PATTERNS} roles")));
+            }
+            for role in roles {
+                validate_role_name(role)?;
+            }
+            sorted_and_distinct(roles, "roles")?;
+        }
         Ok(auth_type)
     }
 
-    /// Whether `record` holds exactly these values.
+    /// Whether `record` holds exactly these values (of those sent).
     pub fn same_as(&self, record: &UserRecord) -> bool {
-        *self == ReplicatedUser::of(record)
+        let mut held = ReplicatedUser::of(record);
+        if self.patterns.is_none() {
+            held.patterns = None;
+        }
+        if self.roles.is_none() {
+            held.roles = None;
+        }
+        *self == held
     }
+}
+
+impl ReplicatedRole {
+    /// The wire form: a JSON object.
+    pub fn encode(&self) -> Vec<u8> {
+        // Strings only: serialisation cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads the wire form and checks the name and every pattern as the store would.
+    pub fn decode(bytes: &[u8]) -> Result<ReplicatedRole, ReplicaError> {
+        let role: ReplicatedRole = serde_json::from_slice(bytes)?;
+        validate_role_name(&role.name)?;
+        validate_patterns(&role.patterns)?;
+        Ok(role)
+    }
+}
+
+/// Patterns as a replicated user or role holds them: at most [`MAX_PATTERNS`], each canonical,
+/// sorted, each once.
+fn validate_patterns(patterns: &[String]) -> Result<(), ReplicaError> {
+    if patterns.len() > MAX_PATTERNS {
+        return Err(ReplicaError::Inconsistent(format!("more than {MAX_PATTERNS} patterns")));
+    }
+    for pattern in patterns {
+        if canonical_pattern(pattern)? != *pattern {
+            return Err(ReplicaError::Inconsistent(format!(
+                "pattern {:?} is not in canonical form",
+                pattern.chars().take(64).collect::<String>()
+            )));
+        }
+    }
+    sorted_and_distinct(patterns, "patterns")
+}
+
+fn sorted_and_distinct(values: &[String], what: &str) -> Result<(), ReplicaError> {
+    if values.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(ReplicaError::Inconsistent(format!("{what} not sorted, or given twice")));
+    }
+    Ok(())
 }
 
 impl Store {
@@ -157,9 +246,74 @@ impl Store {
             for (position, rule) in user.rules.iter().enumerate() {
                 insert.execute(params![id, position as i64, rule.pattern, rule.permission.as_str()])?;
             }
+            if let Some(patterns) = &user.patterns {
+                tx.execute("DELETE FROM user_permissions WHERE user_id = ?1", params![id])?;
+                for pattern in patterns {
+                    let permission = ensure_permission(tx, pattern)?;
+                    tx.execute(
+                        "INSERT INTO user_permissions (user_id, permission_id) VALUES (?1, ?2)",
+                        params![id, permission],
+                    )?;
+                }
+            }
+            if let Some(roles) = &user.roles {
+                tx.execute("DELETE FROM user_roles WHERE user_id = ?1", params![id])?;
+                for role in roles {
+                    // A role the store does not have yet arrives on its own, after or before.
+                    let role_id = ensure_role(tx, role)?;
+                    tx.execute(
+                        "INSERT INTO user_roles (user_id, role_id) VALUES (?1, ?2)",
+                        params![id, role_id],
+                    )?;
+                }
+            }
             Ok(())
         })?;
         Ok(true)
+    }
+
+    /// The role `name` as it travels, if the store has it.
+    pub fn replicated_role(&self, name: &str) -> Result<Option<ReplicatedRole>, StoreError> {
+        Ok(self.replicated_roles()?.remove(name))
+    }
+
+    /// Every role as it travels, by name.
+    pub fn replicated_roles(&self) -> Result<std::collections::HashMap<String, ReplicatedRole>, StoreError> {
+        Ok(self
+            .roles()?
+            .into_iter()
+            .map(|r| (r.name.clone(), ReplicatedRole { name: r.name, patterns: r.patterns }))
+            .collect())
+    }
+
+    /// Makes the store's role `role.name` exactly `role` (adding it if missing), in one
+    /// transaction; its members keep it. Whether anything changed.
+    pub fn put_replicated_role(&self, role: &ReplicatedRole) -> Result<bool, ReplicaError> {
+        validate_role_name(&role.name)?;
+        validate_patterns(&role.patterns)?;
+        if self.replicated_role(&role.name)?.as_ref() == Some(role) {
+            return Ok(false);
+        }
+        self.write(|tx| {
+            let role_id = ensure_role(tx, &role.name)?;
+            tx.execute("DELETE FROM role_permissions WHERE role_id = ?1", params![role_id])?;
+            for pattern in &role.patterns {
+                let permission = ensure_permission(tx, pattern)?;
+                tx.execute(
+                    "INSERT INTO role_permissions (role_id, permission_id) VALUES (?1, ?2)",
+                    params![role_id, permission],
+                )?;
+            }
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    /// Removes the role `name` (and its assignments) if the store has it; whether it was there.
+    pub fn remove_replicated_role(&self, name: &str) -> Result<bool, StoreError> {
+        let removed =
+            self.write(|tx| tx.execute("DELETE FROM content_roles WHERE name = ?1", params![name]))?;
+        Ok(removed > 0)
     }
 
     /// Removes `username` if the store has it (its connections are closed); returns whether
@@ -176,6 +330,11 @@ impl Store {
         })?;
         Ok(present)
     }
+}
+
+fn ensure_role(tx: &rusqlite::Transaction<'_>, name: &str) -> rusqlite::Result<i64> {
+    tx.execute("INSERT INTO content_roles (name) VALUES (?1) ON CONFLICT DO NOTHING", params![name])?;
+    tx.query_row("SELECT id FROM content_roles WHERE name = ?1", params![name], |r| r.get(0))
 }
 
 /// The body of the `cluster_users` fuzz target (`fuzz/fuzz_targets/cluster_users.rs`), here
@@ -234,6 +393,51 @@ mod tests {
     }
 
     #[test]
+    fn patterns_and_roles_travel_with_the_user_and_a_role_on_its_own() {
+        let (_a_dir, a) = store();
+        let (_b_dir, b) = store();
+        a.add_user("ann", AuthType::Basic, Some(b"secret"), false).unwrap();
+        a.add_role("ops").unwrap();
+        a.role_add_pattern("ops", "/site=1").unwrap();
+        a.assign_role("ann", "ops").unwrap();
+        a.assign_pattern("ann", "/b=2/a=1").unwrap();
+
+        // The user first: its role is made empty, and filled when the role arrives.
+        let user =
+            ReplicatedUser::decode(&ReplicatedUser::of(&a.user("ann").unwrap().unwrap()).encode()).unwrap();
+        assert_eq!(user.patterns.as_deref(), Some(&["/a=1/b=2".to_owned()][..]));
+        assert!(b.put_replicated(&user).unwrap());
+        assert_eq!(b.user("ann").unwrap().unwrap().patterns, vec!["/a=1/b=2".to_owned()]);
+        let role = ReplicatedRole::decode(&a.replicated_role("ops").unwrap().unwrap().encode()).unwrap();
+        assert!(b.put_replicated_role(&role).unwrap());
+        assert!(!b.put_replicated_role(&role).unwrap(), "the same role is not written again");
+        let copy = b.user("ann").unwrap().unwrap();
+        assert_eq!(copy.patterns, a.user("ann").unwrap().unwrap().patterns);
+        assert_eq!(copy.roles, vec!["ops".to_owned()]);
+        assert!(user.same_as(&copy));
+
+        // A user without patterns and roles (an older node) leaves them as they are.
+        let mut older = user;
+        older.patterns = None;
+        older.roles = None;
+        older.disabled = true;
+        assert!(b.put_replicated(&older).unwrap());
+        let copy = b.user("ann").unwrap().unwrap();
+        assert!(copy.disabled);
+        assert_eq!(copy.roles, vec!["ops".to_owned()]);
+
+        // Removing the role takes it from its members.
+        assert!(b.remove_replicated_role("ops").unwrap());
+        assert!(!b.remove_replicated_role("ops").unwrap());
+        assert_eq!(b.user("ann").unwrap().unwrap().patterns, vec!["/a=1/b=2".to_owned()]);
+        for bad in
+            [r#"{"name":"ops","patterns":["/b=1/a=2"]}"#, r#"{"name":"","patterns":[]}"#, r#"{"name":"ops"}"#]
+        {
+            assert!(ReplicatedRole::decode(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn malformed_replicated_users_are_refused() {
         let good = r#"{"username":"u","auth_type":"basic","password_hash":null,"disabled":false,"unrestricted":false,"rules":[]}"#;
         assert!(ReplicatedUser::decode(good.as_bytes()).is_ok());
@@ -250,6 +454,13 @@ mod tests {
             &good.replace(r#""auth_type":"basic","password_hash":null"#, r#""auth_type":"x509","password_hash":"$2b$04$abcdefghijklmnopqrstuu5Vq0iZpdUVbFKRgJTMCEbD0x2k7iDHS""#),
             &good.replace(r#""rules":[]"#, r#""rules":[{"pattern":"a/#/b","permission":"read"}]"#),
             &good.replace(r#""rules":[]"#, r#""rules":[{"pattern":"a","permission":"fly"}]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"patterns":["/b=2/a=1"]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"patterns":["/b=2","/a=1"]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"patterns":["/a=1","/a=1"]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"patterns":["a=b=c"]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"roles":["ops","dev"]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"roles":["has space"]"#),
+            &good.replace(r#""rules":[]"#, r#""rules":[],"roles":[""]"#),
         ] {
             assert!(ReplicatedUser::decode(bad.as_bytes()).is_err(), "{bad}");
         }

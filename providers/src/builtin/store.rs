@@ -112,6 +112,10 @@ pub struct UserRecord {
     /// The content-routing patterns assigned to the account, directly or through its roles:
     /// canonical, sorted, each once. What a grant token issued now would carry.
     pub patterns: Vec<String>,
+    /// The patterns assigned to it directly, sorted.
+    pub direct_patterns: Vec<String>,
+    /// The names of its roles, sorted.
+    pub roles: Vec<String>,
 }
 
 impl UserRecord {
@@ -136,6 +140,8 @@ impl fmt::Debug for UserRecord {
             .field("unrestricted", &self.unrestricted)
             .field("rules", &self.rules)
             .field("patterns", &self.patterns)
+            .field("direct_patterns", &self.direct_patterns)
+            .field("roles", &self.roles)
             .finish()
     }
 }
@@ -593,10 +599,10 @@ impl Store {
         rows.into_iter()
             .map(|row| {
                 let rules = load_rules(&conn, &self.path, row.0)?;
-                let patterns = super::accounts::load_patterns(&conn, &self.path, Some(row.0))?
+                let access = super::accounts::load_access(&conn, &self.path, Some(row.0))?
                     .remove(&row.0)
                     .unwrap_or_default();
-                user_from_row(&self.path, row, rules, patterns)
+                user_from_row(&self.path, row, rules, access)
             })
             .collect()
     }
@@ -722,12 +728,23 @@ fn user_from_row(
     path: &Path,
     row: UserRow,
     rules: Vec<Rule>,
-    patterns: Vec<String>,
+    access: super::accounts::Access,
 ) -> Result<UserRecord, StoreError> {
     let (_, username, password_hash, auth_type, disabled, unrestricted) = row;
     let auth_type =
         auth_type.parse().map_err(|message| StoreError::Corrupt { path: path.to_path_buf(), message })?;
-    Ok(UserRecord { username, auth_type, password_hash, disabled, unrestricted, rules, patterns })
+    let super::accounts::Access { patterns, direct: direct_patterns, roles } = access;
+    Ok(UserRecord {
+        username,
+        auth_type,
+        password_hash,
+        disabled,
+        unrestricted,
+        rules,
+        patterns,
+        direct_patterns,
+        roles,
+    })
 }
 
 fn read_user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<UserRow> {
@@ -765,9 +782,8 @@ fn load_user(conn: &Connection, path: &Path, username: &str) -> Result<Option<Us
         .map_err(db_error)?;
     let Some(row) = row else { return Ok(None) };
     let rules = load_rules(conn, path, row.0)?;
-    let patterns =
-        super::accounts::load_patterns(conn, path, Some(row.0))?.remove(&row.0).unwrap_or_default();
-    user_from_row(path, row, rules, patterns).map(Some)
+    let access = super::accounts::load_access(conn, path, Some(row.0))?.remove(&row.0).unwrap_or_default();
+    user_from_row(path, row, rules, access).map(Some)
 }
 
 /// Every user with its rules, read in one transaction so users and rules agree.
@@ -792,7 +808,7 @@ pub(crate) fn load_all(
             rules_by_user.entry(user_id).or_default().push(rule_from_columns(path, pattern, &permission)?);
         }
     }
-    let mut patterns_by_user = super::accounts::load_patterns(&tx, path, None)?;
+    let mut access_by_user = super::accounts::load_access(&tx, path, None)?;
     let mut users = std::collections::HashMap::new();
     {
         let mut query = tx.prepare_cached(SELECT_USERS).map_err(db_error)?;
@@ -800,8 +816,8 @@ pub(crate) fn load_all(
         for row in rows {
             let row = row.map_err(db_error)?;
             let rules = rules_by_user.remove(&row.0).unwrap_or_default();
-            let patterns = patterns_by_user.remove(&row.0).unwrap_or_default();
-            let user = user_from_row(path, row, rules, patterns)?;
+            let access = access_by_user.remove(&row.0).unwrap_or_default();
+            let user = user_from_row(path, row, rules, access)?;
             users.insert(user.username.clone(), user);
         }
     }
