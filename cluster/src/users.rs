@@ -1,10 +1,12 @@
-//! Builtin users, their ACLs and their content-routing access on every node: one JetStream
-//! stream that keeps the last message per user (`mesgd.users.<key>`) and per content-routing
-//! role (`mesgd.users.role.<key>`; `max_messages_per_subject = 1`): the user's
-//! [`ReplicatedUser`] (its direct patterns and role names included) or the role's
-//! [`ReplicatedRole`] as JSON, or an empty payload once it was removed. Users and roles follow
-//! the same rules below (one `Side` each); a node publishes a change of roles before the users
-//! that name them, and a removed role after them.
+//! Builtin users, their ACLs and their content-routing access, and the administrators and API
+//! tokens, on every node: one JetStream stream that keeps the last message per user
+//! (`mesgd.users.<key>`), content-routing role (`mesgd.users.role.<key>`), administrator
+//! (`mesgd.users.admin.<key>`) and API token (`mesgd.users.apitoken.<key>`;
+//! `max_messages_per_subject = 1`): the record as JSON ([`ReplicatedUser`], its direct patterns
+//! and role names included, [`ReplicatedRole`], [`ReplicatedAdmin`], [`ReplicatedApiToken`]),
+//! or an empty payload once it was removed. Every kind follows the same rules below (one
+//! `Side` each); a node publishes a change of roles before the users that name them, and a
+//! removed role after them.
 //!
 //! Each node keeps its own SQLite store, written by its command line and REST API, and its
 //! [`UserDirectory`] notices every change (its poll). The replicator here sits between that
@@ -36,7 +38,9 @@ use std::time::Duration;
 use async_nats::jetstream::{self, Context, consumer, stream};
 use futures_util::StreamExt;
 use mesgd_core::cluster::client_key;
-use mesgd_providers::builtin::{ReplicatedRole, ReplicatedUser, Store, UserDirectory};
+use mesgd_providers::builtin::{
+    ReplicatedAdmin, ReplicatedApiToken, ReplicatedRole, ReplicatedUser, Store, StoreError, UserDirectory,
+};
 use tokio::task::JoinHandle;
 
 use crate::stats::ClusterStats;
@@ -44,8 +48,11 @@ use crate::stats::ClusterStats;
 /// The subjects' prefix: a user's subject is `mesgd.users.<client_key of the username>`.
 const PREFIX: &str = "mesgd.users";
 /// A role's subject is `mesgd.users.role.<client_key of the name>`: four tokens, never a
-/// user's three.
+/// user's three; an administrator's `mesgd.users.admin.<key>`, an API token's
+/// `mesgd.users.apitoken.<key of its name>`.
 const ROLE_TOKEN: &str = "role";
+const ADMIN_TOKEN: &str = "admin";
+const API_TOKEN_TOKEN: &str = "apitoken";
 
 /// How often the store is compared with the stream regardless of changes.
 const RECONCILE: Duration = Duration::from_secs(5);
@@ -91,8 +98,13 @@ pub(crate) async fn start(
     let mut consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
     let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
     let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
-    let mut replicator =
-        Replicator { node: Node { js, directory, stats }, users: Side::default(), roles: Side::default() };
+    let mut replicator = Replicator {
+        node: Node { js, directory, stats },
+        users: Side::default(),
+        roles: Side::default(),
+        admins: Side::default(),
+        api_tokens: Side::default(),
+    };
     let loaded = tokio::time::timeout(load_timeout, async {
         while pending > 0 {
             let Some(Ok(m)) = messages.next().await else { break };
@@ -109,10 +121,14 @@ pub(crate) async fn start(
     replicator.node.directory.sync().await;
     replicator.users.seen = Users::snapshot(&replicator.node).await.unwrap_or_default();
     replicator.roles.seen = Roles::snapshot(&replicator.node).await.unwrap_or_default();
-    // Users and roles only this node has join the cluster; those the stream has are the
-    // stream's. Roles first, so that a user's roles are there before it.
+    replicator.admins.seen = Admins::snapshot(&replicator.node).await.unwrap_or_default();
+    replicator.api_tokens.seen = ApiTokens::snapshot(&replicator.node).await.unwrap_or_default();
+    // Records only this node has join the cluster; those the stream has are the stream's.
+    // Roles first, so that a user's roles are there before it.
     replicator.roles.publish_unknown(&replicator.node).await;
     replicator.users.publish_unknown(&replicator.node).await;
+    replicator.admins.publish_unknown(&replicator.node).await;
+    replicator.api_tokens.publish_unknown(&replicator.node).await;
     Ok(tokio::spawn(replicator.run(messages)))
 }
 
@@ -228,15 +244,103 @@ impl Kind for Roles {
     }
 
     async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedRole>> {
-        let directory = node.directory.clone();
-        match tokio::task::spawn_blocking(move || directory.store().replicated_roles()).await {
-            Ok(Ok(roles)) => Some(roles),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cluster: cannot read the content-routing roles; retried later");
-                None
-            }
-            Err(_) => None,
+        read_all(node, Self::NAME, Store::replicated_roles).await
+    }
+}
+
+/// Every record of one kind the store holds, read on a blocking thread; `None` (logged) if the
+/// store cannot be read.
+async fn read_all<V: Send + 'static>(
+    node: &Node,
+    what: &'static str,
+    read: fn(&Store) -> Result<HashMap<String, V>, StoreError>,
+) -> Option<HashMap<String, V>> {
+    let directory = node.directory.clone();
+    match tokio::task::spawn_blocking(move || read(directory.store())).await {
+        Ok(Ok(records)) => Some(records),
+        Ok(Err(e)) => {
+            tracing::warn!(kind = what, error = %e, "cluster: cannot read the store; retried later");
+            None
         }
+        Err(_) => None,
+    }
+}
+
+struct Admins;
+
+impl Kind for Admins {
+    type Value = ReplicatedAdmin;
+    const NAME: &'static str = "administrator";
+
+    fn subject(key: &str) -> String {
+        format!("{PREFIX}.{ADMIN_TOKEN}.{key}")
+    }
+
+    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedAdmin, String> {
+        match ReplicatedAdmin::decode(bytes) {
+            Ok(admin) if admin.name == name => Ok(admin),
+            Ok(_) => Err("an administrator under another's subject".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn encode(admin: &ReplicatedAdmin) -> Vec<u8> {
+        admin.encode()
+    }
+
+    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedAdmin>, String> {
+        Ok(store.replicated_admins().map_err(|e| e.to_string())?.remove(name))
+    }
+
+    fn put(store: &Store, admin: &ReplicatedAdmin) -> Result<bool, String> {
+        store.put_replicated_admin(admin).map_err(|e| e.to_string())
+    }
+
+    fn remove(store: &Store, name: &str) -> Result<bool, String> {
+        store.remove_replicated_admin(name).map_err(|e| e.to_string())
+    }
+
+    async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedAdmin>> {
+        read_all(node, Self::NAME, Store::replicated_admins).await
+    }
+}
+
+struct ApiTokens;
+
+impl Kind for ApiTokens {
+    type Value = ReplicatedApiToken;
+    const NAME: &'static str = "API token";
+
+    fn subject(key: &str) -> String {
+        format!("{PREFIX}.{API_TOKEN_TOKEN}.{key}")
+    }
+
+    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedApiToken, String> {
+        match ReplicatedApiToken::decode(bytes) {
+            Ok(token) if token.name == name => Ok(token),
+            Ok(_) => Err("an API token under another's subject".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn encode(token: &ReplicatedApiToken) -> Vec<u8> {
+        token.encode()
+    }
+
+    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedApiToken>, String> {
+        Ok(store.replicated_api_tokens().map_err(|e| e.to_string())?.remove(name))
+    }
+
+    fn put(store: &Store, token: &ReplicatedApiToken) -> Result<bool, String> {
+        store.put_replicated_api_token(token).map_err(|e| e.to_string())
+    }
+
+    fn remove(store: &Store, name: &str) -> Result<bool, String> {
+        store.remove_replicated_api_token(name).map_err(|e| e.to_string())
+    }
+
+    async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedApiToken>> {
+        read_all(node, Self::NAME, Store::replicated_api_tokens).await
     }
 }
 
@@ -426,6 +530,8 @@ struct Replicator {
     node: Node,
     users: Side<Users>,
     roles: Side<Roles>,
+    admins: Side<Admins>,
+    api_tokens: Side<ApiTokens>,
 }
 
 impl Replicator {
@@ -460,9 +566,16 @@ impl Replicator {
             ClusterStats::add(&self.node.stats.users_invalid, 1);
             return;
         };
-        let changed = match rest.strip_prefix(ROLE_TOKEN).and_then(|s| s.strip_prefix('.')) {
-            Some(key) => self.roles.received(&self.node, key, &m.payload).await,
+        // A user's key is one token; the other kinds have a kind token before theirs.
+        let changed = match rest.split_once('.') {
             None => self.users.received(&self.node, rest, &m.payload).await,
+            Some((ROLE_TOKEN, key)) => self.roles.received(&self.node, key, &m.payload).await,
+            Some((ADMIN_TOKEN, key)) => self.admins.received(&self.node, key, &m.payload).await,
+            Some((API_TOKEN_TOKEN, key)) => self.api_tokens.received(&self.node, key, &m.payload).await,
+            Some(_) => {
+                ClusterStats::add(&self.node.stats.users_invalid, 1);
+                false
+            }
         };
         if changed {
             // The directory's poll would find it within its interval; at once is better.
@@ -492,6 +605,16 @@ impl Replicator {
         for (name, state) in removed_roles {
             self.roles.publish(&self.node, &name, state).await;
         }
+        if let Some(now) = Admins::snapshot(&self.node).await {
+            for (name, state) in self.admins.local_changes(now) {
+                self.admins.publish(&self.node, &name, state).await;
+            }
+        }
+        if let Some(now) = ApiTokens::snapshot(&self.node).await {
+            for (name, state) in self.api_tokens.local_changes(now) {
+                self.api_tokens.publish(&self.node, &name, state).await;
+            }
+        }
     }
 
     async fn reconcile(&mut self) {
@@ -501,6 +624,12 @@ impl Replicator {
         }
         if let Some(now) = Users::snapshot(&self.node).await {
             changed |= self.users.reconcile(&self.node, &now).await;
+        }
+        if let Some(now) = Admins::snapshot(&self.node).await {
+            changed |= self.admins.reconcile(&self.node, &now).await;
+        }
+        if let Some(now) = ApiTokens::snapshot(&self.node).await {
+            changed |= self.api_tokens.reconcile(&self.node, &now).await;
         }
         if changed {
             self.node.directory.check_now();

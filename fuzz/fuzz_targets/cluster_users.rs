@@ -1,5 +1,6 @@
-//! Fuzzes the builtin users' wire form between cluster nodes: any bytes in the users stream
-//! are refused or decode to a user that encodes back to itself.
+//! Fuzzes the wire forms of the users stream between cluster nodes (users, content-routing
+//! roles, administrators, API tokens): any bytes are refused or decode to a record that encodes
+//! back to itself.
 //!
 //! The body lives in mesgd-providers (`builtin::replica::fuzzing::replicated_user`) so that a
 //! unit test replays `fuzz/corpus/cluster_users/` on a stable compiler.

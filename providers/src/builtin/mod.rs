@@ -9,7 +9,8 @@
 //! - [`password`]: PBKDF2-HMAC-SHA256 hashes (and bcrypt verification).
 //! - [`live`]: the [`UserDirectory`], the broker's in-memory view of the store that follows
 //!   changes and pushes them to connected clients.
-//! - [`replica`]: users as a cluster replicates them between nodes' stores.
+//! - [`replica`]: users and content-routing roles as a cluster replicates them between nodes'
+//!   stores; [`admin_replica`]: administrators and API tokens likewise.
 //! - [`provider`]: the `builtin` provider ([`BuiltinProvider`], [`BuiltinFactory`]).
 //! - [`lookup`]: reading one user from the store when the copy lacks it, bounded.
 //! - `cache`: remembered password checks.
@@ -22,6 +23,7 @@ pub mod accounts;
 pub mod accounts_cli;
 pub mod admin;
 pub mod admin_cli;
+pub mod admin_replica;
 mod cache;
 pub mod cli;
 pub mod live;
@@ -36,6 +38,7 @@ pub use accounts::{MAX_PATTERNS, RoleRecord, canonical_pattern};
 pub use accounts_cli::{GrantCommand, RoleCommand, run_grant_command, run_role_command};
 pub use admin::{AdminRecord, NewToken, Scope, TokenRecord};
 pub use admin_cli::{AdminCommand, TokenCommand, run_admin_command};
+pub use admin_replica::{ReplicatedAdmin, ReplicatedApiToken};
 pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};
 pub use live::UserDirectory;
 pub use lookup::LookupStats;

@@ -339,16 +339,27 @@ fn ensure_role(tx: &rusqlite::Transaction<'_>, name: &str) -> rusqlite::Result<i
 
 /// The body of the `cluster_users` fuzz target (`fuzz/fuzz_targets/cluster_users.rs`), here
 /// so that a unit test replays its committed seeds on a stable compiler: any bytes from the
-/// users stream either are refused or decode to a user that encodes back to itself.
+/// users stream, read as a user, a role, an administrator or an API token, either are refused
+/// or decode to a record that encodes back to itself.
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing {
-    use super::ReplicatedUser;
+    use super::super::admin_replica::{ReplicatedAdmin, ReplicatedApiToken};
+    use super::{ReplicatedRole, ReplicatedUser};
 
     /// Panics on a bug, returns on any input otherwise.
     pub fn replicated_user(data: &[u8]) {
         if let Ok(user) = ReplicatedUser::decode(data) {
             let again = ReplicatedUser::decode(&user.encode()).expect("an encoded user decodes");
             assert_eq!(again, user, "the wire form round-trips");
+        }
+        if let Ok(role) = ReplicatedRole::decode(data) {
+            assert_eq!(ReplicatedRole::decode(&role.encode()).expect("an encoded role decodes"), role);
+        }
+        if let Ok(admin) = ReplicatedAdmin::decode(data) {
+            assert!(ReplicatedAdmin::decode(&admin.encode()).expect("an encoded admin decodes") == admin);
+        }
+        if let Ok(token) = ReplicatedApiToken::decode(data) {
+            assert!(ReplicatedApiToken::decode(&token.encode()).expect("an encoded token decodes") == token);
         }
     }
 }

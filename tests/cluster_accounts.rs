@@ -3,7 +3,8 @@
 //! reach the other node, so a grant token issued by one node (with the cluster's token keys)
 //! is admitted by the other exactly where the user may reach; a pattern taken from the role,
 //! or the role removed, on one node narrows the user on the other (and her token with her); a
-//! role changed on the second node reaches the first.
+//! role changed on the second node reaches the first. Administrators and API tokens too: a token
+//! made on one node opens the REST API of the other, and revoked on one it is refused by both.
 
 mod common;
 #[path = "common/content.rs"]
@@ -122,4 +123,57 @@ async fn roles_and_patterns_reach_every_node_and_a_grant_of_one_node_holds_on_th
     })
     .await;
     assert_eq!(upgrade(&b, "/room=hall", &token).await, 403);
+}
+
+/// `GET /api/v1/users` on `node` with `token`: its status.
+async fn users_api(node: &ContentServer, token: &str) -> u16 {
+    node.http("GET", "/api/v1/users", &format!("authorization: Bearer {token}\r\n"), "").await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_token_and_an_administrator_of_one_node_work_on_the_other_until_removed() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a").await;
+    let b = node(&nats, "b").await;
+    let (on_a, on_b) = (store(&a), store(&b));
+    on_a.set_pbkdf2_iterations(1000).expect("iterations");
+    on_a.add_admin("root", b"a long admin password", Scope::Admin).expect("admin");
+    // The REST API answers only while some administrator exists.
+    on_a.add_admin("backup", b"another long password", Scope::Admin).expect("admin");
+    let made = on_a.create_token("ci", Scope::Read).expect("API token");
+    assert_eq!(users_api(&a, &made.token).await, 200);
+    within("the token to reach b", async {
+        while users_api(&b, &made.token).await != 200 {
+            directory(&b).changes().changed().await.expect("directory running");
+        }
+    })
+    .await;
+    assert!(
+        on_b.verify_admin("root", b"a long admin password").expect("b's store").is_some(),
+        "a's admin on b"
+    );
+    let from_b = on_b.create_token("deploy", Scope::Admin).expect("API token on b");
+    within("b's token to reach a", async {
+        while users_api(&a, &from_b.token).await != 200 {
+            directory(&a).changes().changed().await.expect("directory running");
+        }
+    })
+    .await;
+
+    // Revoked on a: refused on b. The administrator removed on b: gone from a.
+    on_a.revoke_token("ci").expect("revoked");
+    within("the revocation to reach b", async {
+        while users_api(&b, &made.token).await != 401 {
+            directory(&b).changes().changed().await.expect("directory running");
+        }
+    })
+    .await;
+    on_b.remove_admin("root").expect("removed");
+    within("the removal to reach a", async {
+        while on_a.verify_admin("root", b"a long admin password").expect("a's store").is_some() {
+            directory(&a).changes().changed().await.expect("directory running");
+        }
+    })
+    .await;
+    assert_eq!(users_api(&b, &from_b.token).await, 200, "the other token lives on");
 }

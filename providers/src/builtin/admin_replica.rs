@@ -1,0 +1,275 @@
+//! Administrators and API tokens as a cluster replicates them between nodes' stores
+//! ([`ReplicatedAdmin`], [`ReplicatedApiToken`]): an administrator made on one node logs in to
+//! the console and the REST API of every node, a token made on one works on all, and a token
+//! revoked or an administrator removed on one stops working on all.
+//!
+//! What travels is what the stores hold: an administrator's PBKDF2 password hash (never the
+//! password), a token's id and the SHA-256 of its secret (never the secret, which exists only
+//! in the answer that made it). Like the users' hashes, they should travel over authenticated
+//! and encrypted NATS connections. Writing a received record is idempotent: nothing is written
+//! when the store holds the same values.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use rusqlite::params;
+use serde::{Deserialize, Serialize};
+
+use super::admin::Scope;
+use super::password;
+use super::replica::ReplicaError;
+use super::store::{Store, StoreError, validate_username};
+
+/// An administrator as nodes exchange it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicatedAdmin {
+    /// The login name.
+    pub name: String,
+    /// The stored PBKDF2 hash.
+    pub password_hash: String,
+    /// `admin` or `read`.
+    pub role: String,
+    /// When it was made, unix seconds.
+    pub created_at: i64,
+}
+
+/// An API token as nodes exchange it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicatedApiToken {
+    /// Its unique name.
+    pub name: String,
+    /// The public id (16 lower-case hex digits).
+    pub id: String,
+    /// `admin` or `read`.
+    pub scope: String,
+    /// The SHA-256 of its secret, 64 lower-case hex digits.
+    pub secret_sha256: String,
+    /// When it was made, unix seconds.
+    pub created_at: i64,
+}
+
+impl fmt::Debug for ReplicatedAdmin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicatedAdmin")
+            .field("name", &self.name)
+            .field("password_hash", &"<redacted>")
+            .field("role", &self.role)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ReplicatedApiToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicatedApiToken")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .field("scope", &self.scope)
+            .field("secret_sha256", &"<redacted>")
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+fn lower_hex(text: &str, len: usize) -> bool {
+    text.len() == len && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn scope(text: &str, what: &str) -> Result<Scope, ReplicaError> {
+    text.parse().map_err(|e: String| ReplicaError::Inconsistent(format!("{what}: {e}")))
+}
+
+impl ReplicatedAdmin {
+    /// The wire form: a JSON object.
+    pub fn encode(&self) -> Vec<u8> {
+        // Strings and an integer: serialisation cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads the wire form and checks every field as the store would.
+    pub fn decode(bytes: &[u8]) -> Result<ReplicatedAdmin, ReplicaError> {
+        let admin: ReplicatedAdmin = serde_json::from_slice(bytes)?;
+        validate_username(&admin.name)?;
+        password::hash_scheme(&admin.password_hash).map_err(StoreError::from)?;
+        scope(&admin.role, "administrator role")?;
+        Ok(admin)
+    }
+}
+
+impl ReplicatedApiToken {
+    /// The wire form: a JSON object.
+    pub fn encode(&self) -> Vec<u8> {
+        // Strings and an integer: serialisation cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads the wire form and checks every field as the store would.
+    pub fn decode(bytes: &[u8]) -> Result<ReplicatedApiToken, ReplicaError> {
+        let token: ReplicatedApiToken = serde_json::from_slice(bytes)?;
+        validate_username(&token.name)?;
+        scope(&token.scope, "API token scope")?;
+        if !lower_hex(&token.id, 16) || !lower_hex(&token.secret_sha256, 64) {
+            return Err(ReplicaError::Inconsistent(
+                "an API token's id is not 16, or its digest not 64, lower-case hex digits".into(),
+            ));
+        }
+        Ok(token)
+    }
+}
+
+impl Store {
+    /// Every administrator as it travels, by name.
+    pub fn replicated_admins(&self) -> Result<HashMap<String, ReplicatedAdmin>, StoreError> {
+        let conn = self.lock();
+        let db = |e| self.db(e);
+        let mut q =
+            conn.prepare_cached("SELECT name, password_hash, role, created_at FROM admins").map_err(db)?;
+        let rows = q
+            .query_map([], |r| {
+                Ok(ReplicatedAdmin {
+                    name: r.get(0)?,
+                    password_hash: r.get(1)?,
+                    role: r.get(2)?,
+                    created_at: r.get(3)?,
+                })
+            })
+            .map_err(db)?;
+        rows.map(|row| row.map(|a| (a.name.clone(), a)).map_err(db)).collect()
+    }
+
+    /// Makes the store's administrator `admin.name` exactly `admin`; whether anything changed.
+    pub fn put_replicated_admin(&self, admin: &ReplicatedAdmin) -> Result<bool, ReplicaError> {
+        ReplicatedAdmin::decode(&admin.encode())?;
+        if self.replicated_admins()?.get(&admin.name) == Some(admin) {
+            return Ok(false);
+        }
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO admins (name, password_hash, role, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO UPDATE SET password_hash = excluded.password_hash,
+                    role = excluded.role, created_at = excluded.created_at",
+                params![admin.name, admin.password_hash, admin.role, admin.created_at],
+            )
+        })?;
+        Ok(true)
+    }
+
+    /// Removes the administrator `name` if the store has it; whether it was there.
+    pub fn remove_replicated_admin(&self, name: &str) -> Result<bool, StoreError> {
+        let removed = self.write(|tx| tx.execute("DELETE FROM admins WHERE name = ?1", params![name]))?;
+        Ok(removed > 0)
+    }
+
+    /// Every API token as it travels, by name.
+    pub fn replicated_api_tokens(&self) -> Result<HashMap<String, ReplicatedApiToken>, StoreError> {
+        let conn = self.lock();
+        let db = |e| self.db(e);
+        let mut q = conn
+            .prepare_cached("SELECT name, id, scope, secret_sha256, created_at FROM admin_tokens")
+            .map_err(db)?;
+        let rows = q
+            .query_map([], |r| {
+                Ok(ReplicatedApiToken {
+                    name: r.get(0)?,
+                    id: r.get(1)?,
+                    scope: r.get(2)?,
+                    secret_sha256: r.get(3)?,
+                    created_at: r.get(4)?,
+                })
+            })
+            .map_err(db)?;
+        rows.map(|row| row.map(|t| (t.name.clone(), t)).map_err(db)).collect()
+    }
+
+    /// Makes the store's API token `token.name` exactly `token` (a token of another name with
+    /// the same id is replaced); whether anything changed.
+    pub fn put_replicated_api_token(&self, token: &ReplicatedApiToken) -> Result<bool, ReplicaError> {
+        ReplicatedApiToken::decode(&token.encode())?;
+        if self.replicated_api_tokens()?.get(&token.name) == Some(token) {
+            return Ok(false);
+        }
+        self.write(|tx| {
+            tx.execute("DELETE FROM admin_tokens WHERE name = ?1 OR id = ?2", params![token.name, token.id])?;
+            tx.execute(
+                "INSERT INTO admin_tokens (id, name, scope, secret_sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![token.id, token.name, token.scope, token.secret_sha256, token.created_at],
+            )
+        })?;
+        Ok(true)
+    }
+
+    /// Removes the API token `name` if the store has it; whether it was there.
+    pub fn remove_replicated_api_token(&self, name: &str) -> Result<bool, StoreError> {
+        let removed =
+            self.write(|tx| tx.execute("DELETE FROM admin_tokens WHERE name = ?1", params![name]))?;
+        Ok(removed > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("config.db")).unwrap();
+        store.set_pbkdf2_iterations(1000).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn administrators_and_tokens_travel_and_work_on_the_other_store() {
+        let (_a_dir, a) = store();
+        let (_b_dir, b) = store();
+        a.add_admin("root", b"a long admin password", Scope::Admin).unwrap();
+        let made = a.create_token("ci", Scope::Read).unwrap();
+        let admin = ReplicatedAdmin::decode(&a.replicated_admins().unwrap()["root"].encode()).unwrap();
+        let token = ReplicatedApiToken::decode(&a.replicated_api_tokens().unwrap()["ci"].encode()).unwrap();
+        assert!(b.put_replicated_admin(&admin).unwrap());
+        assert!(!b.put_replicated_admin(&admin).unwrap(), "the same values are not written again");
+        assert!(b.put_replicated_api_token(&token).unwrap());
+        assert!(!b.put_replicated_api_token(&token).unwrap());
+        assert!(b.verify_admin("root", b"a long admin password").unwrap().is_some());
+        assert_eq!(b.verify_token(&made.token).unwrap().unwrap().scope, Scope::Read);
+        assert!(!format!("{admin:?}{token:?}").contains(&admin.password_hash));
+        assert!(!format!("{token:?}").contains(&token.secret_sha256));
+
+        assert!(b.remove_replicated_api_token("ci").unwrap());
+        assert!(b.verify_token(&made.token).unwrap().is_none(), "revoked");
+        assert!(b.remove_replicated_admin("root").unwrap());
+        assert!(!b.remove_replicated_admin("root").unwrap());
+        assert!(b.verify_admin("root", b"a long admin password").unwrap().is_none());
+    }
+
+    #[test]
+    fn malformed_administrators_and_tokens_are_refused() {
+        let (_dir, a) = store();
+        a.add_admin("root", b"a long admin password", Scope::Admin).unwrap();
+        a.create_token("ci", Scope::Read).unwrap();
+        let admin = String::from_utf8(a.replicated_admins().unwrap()["root"].encode()).unwrap();
+        let token = String::from_utf8(a.replicated_api_tokens().unwrap()["ci"].encode()).unwrap();
+        let id =
+            serde_json::from_str::<serde_json::Value>(&token).unwrap()["id"].as_str().unwrap().to_owned();
+        for bad in [
+            String::new(),
+            "{}".into(),
+            admin.replace("\"root\"", "\"\""),
+            admin.replace("\"admin\"", "\"god\""),
+            admin.replace("$pbkdf2", "$nope"),
+            admin.replace("\"name\"", "\"extra\":1,\"name\""),
+        ] {
+            assert!(ReplicatedAdmin::decode(bad.as_bytes()).is_err(), "{bad}");
+        }
+        for bad in [
+            String::new(),
+            token.replace("\"read\"", "\"write\""),
+            token.replace(&id, "0123"),
+            token.replace(&id, &id.to_uppercase()),
+            token.replace("\"ci\"", "\"a\\u0000b\""),
+        ] {
+            assert!(ReplicatedApiToken::decode(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+}
