@@ -210,14 +210,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::super::replica::tests::store;
     use super::*;
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("config.db")).unwrap();
-        store.set_pbkdf2_iterations(1000).unwrap();
-        (dir, store)
-    }
 
     #[test]
     fn administrators_and_tokens_travel_and_work_on_the_other_store() {

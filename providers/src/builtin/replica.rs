@@ -365,12 +365,13 @@ pub mod fuzzing {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use mesgd_core::acl::Permission;
 
     use super::*;
 
-    fn store() -> (tempfile::TempDir, Store) {
+    /// A store in a fresh directory, with cheap password hashing.
+    pub(in crate::builtin) fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("config.db")).unwrap();
         store.set_pbkdf2_iterations(1000).unwrap();
