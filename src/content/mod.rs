@@ -91,10 +91,13 @@ impl Keys {
                 return false;
             }
         }
-        match write(&self.store).refresh(SystemTime::now()) {
+        // One guard for the refresh and the log line: taking the read lock while this write
+        // guard lives would deadlock.
+        let mut store = write(&self.store);
+        match store.refresh(SystemTime::now()) {
             Ok(changed) => {
                 if changed {
-                    tracing::info!(current = %read(&self.store).current_key_id(), "token keys reloaded");
+                    tracing::info!(current = %store.current_key_id(), "token keys reloaded");
                 }
                 changed
             }

@@ -75,6 +75,12 @@ impl ContentServer {
     /// Starts a server whose config is storage, the listener, and `extra` (TOML) verbatim.
     /// Failed logins are not slowed down unless `extra` has an `[auth.failed_login]` table.
     pub async fn start(extra: &str) -> ContentServer {
+        // Log as the binary does (captured per test, shown when one fails): a log line's
+        // fields are evaluated only when it is enabled, and they must be safe to evaluate.
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().expect("temp dir");
         let guard = if extra.contains("[auth.failed_login]") {
             ""
