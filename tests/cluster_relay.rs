@@ -8,6 +8,9 @@
 mod common;
 #[path = "common/content.rs"]
 mod content;
+#[path = "common/daemon.rs"]
+#[allow(unreachable_pub, dead_code)]
+mod daemon;
 
 use std::sync::atomic::Ordering;
 
@@ -268,6 +271,50 @@ async fn content_messages_go_only_to_nodes_with_a_matching_listener_once_and_in_
     sender.send(r#"{"kind":"chat","n":"after"}"#).await;
     assert_eq!(chat.recv().await, r#"{"kind":"chat","n":"after"}"#);
     assert_eq!(content_stat(&c, |s| s.received.load(Ordering::Relaxed)), 2);
+}
+
+/// A node that stops with a content listener still connected withdraws its path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stops_withdraws_its_content_paths() {
+    let nats = NatsServer::start().await;
+    let a = content_node(&nats, "a").await;
+    let mut b = content_node(&nats, "b").await;
+    let _listener = b.open("/room=lobby").await;
+    knows_paths(&a, 1).await;
+    b.stop().await;
+    knows_paths(&a, 0).await;
+}
+
+/// A node that dies with a content listener (the real binary, killed with SIGKILL) has its
+/// listener path withdrawn by the node that takes over its lease: the others stop sending it
+/// messages. (Before, the path stayed in the bucket until the dead node started again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_has_its_content_paths_withdrawn_with_its_lease() {
+    const LEASE_MS: u64 = 1000;
+    let nats = NatsServer::start().await;
+    let a = content::ContentServer::start(&format!(
+        "[content]\ndisable_auth = true\n[cluster]\nnode = \"a\"\nnats = [{:?}]\nlease_ms = {LEASE_MS}\n",
+        nats.url
+    ))
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tables = "[[listeners]]\nname = \"http\"\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n[content]\ndisable_auth = true\n";
+    let config =
+        daemon::cluster_node_config(dir.path(), "d", &nats.url, tables, &format!("lease_ms = {LEASE_MS}"));
+    let mut d = daemon::Daemon::start(&config, &["mqtt", "http"]).await;
+    let addr = d.addr("http");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("tcp connect");
+    let (_listener, _) = within(
+        "the listener's upgrade on d",
+        tokio_tungstenite::client_async(format!("ws://{addr}/room=lobby"), tcp),
+    )
+    .await
+    .expect("upgraded on d");
+    knows_paths(&a, 1).await;
+
+    d.child.kill().await.expect("SIGKILL");
+    knows_paths(&a, 0).await;
+    assert_eq!(content_stat(&a, |s| s.paths_withdrawn.load(Ordering::Relaxed)), 1, "a took d's lease");
 }
 
 /// The next `room_deliver` `client` gets: (from, ct).

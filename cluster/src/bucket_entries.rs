@@ -17,10 +17,16 @@ const LISTING: Duration = Duration::from_secs(10);
 /// The entries of `kv` that hold a value now (their latest revision), in the stream's subject
 /// order.
 pub(crate) async fn live_entries(kv: &Store) -> Result<Vec<Entry>, String> {
+    live_entries_matching(kv, ">").await
+}
+
+/// The entries of `kv` whose keys match `keys` (a subject filter over the keys, e.g.
+/// `node.>`) that hold a value now.
+pub(crate) async fn live_entries_matching(kv: &Store, keys: &str) -> Result<Vec<Entry>, String> {
     let listing = async {
         let prefix = kv.prefix.as_str();
         let mut subjects =
-            kv.stream.info_with_subjects(format!("{prefix}>")).await.map_err(|e| e.to_string())?;
+            kv.stream.info_with_subjects(format!("{prefix}{keys}")).await.map_err(|e| e.to_string())?;
         let mut entries = Vec::new();
         while let Some(subject) = subjects.next().await {
             let (subject, _) = subject.map_err(|e| e.to_string())?;

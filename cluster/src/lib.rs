@@ -163,6 +163,8 @@ pub struct Cluster {
     relay_setup: relay::RelaySetup,
     content_setup: content::ContentSetup,
     content_applied: std::sync::OnceLock<watch::Receiver<u64>>,
+    /// Content routing's seam, once attached: its paths are withdrawn at shutdown.
+    content: Arc<std::sync::OnceLock<content::ContentNode>>,
     relay: std::sync::OnceLock<relay::RelayNode>,
 }
 
@@ -254,6 +256,7 @@ impl Cluster {
             .build(client.clone());
         let (store, store_task) =
             durable::DurableStore::start(durable_js, broker.clone(), me.clone(), capacity, stats.clone());
+        let content: Arc<std::sync::OnceLock<content::ContentNode>> = Arc::default();
         let wills = wills::Wills {
             wills: registry::named_bucket(
                 &js,
@@ -277,6 +280,7 @@ impl Cluster {
             sessions: session_store.clone(),
             lease: Duration::from_millis(config.lease_ms),
             client: client.clone(),
+            content: content.clone(),
         };
         let wills_kv = wills.wills.clone();
         let renewals = Arc::new(lost::Renewals::default());
@@ -367,6 +371,7 @@ impl Cluster {
                 capacity: config.queue_capacity,
             },
             content_applied: std::sync::OnceLock::new(),
+            content,
             relay: std::sync::OnceLock::new(),
         })
     }
@@ -441,6 +446,7 @@ impl Cluster {
         .await?;
         mesgd_core::sync::lock(&self.tasks).extend(tasks);
         let _ = self.content_applied.set(node.applied());
+        let _ = self.content.set(node.clone());
         Ok(Arc::new(node))
     }
 
@@ -560,6 +566,10 @@ impl Cluster {
         let serving = mesgd_core::sync::lock(&self.registry_task).take();
         if let Some(task) = serving {
             let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+        // Its content listeners are gone with it: other nodes stop sending to it.
+        if let Some(content) = self.content.get() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), content.withdraw_own()).await;
         }
         for t in mesgd_core::sync::lock(&self.tasks).drain(..) {
             t.abort();

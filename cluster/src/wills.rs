@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::content::ContentClusterStats;
 use crate::live::Identity;
 use crate::lost::Renewals;
 use crate::sessions::store::SessionStore;
@@ -153,6 +154,9 @@ pub(crate) struct Wills {
     pub(crate) lease: Duration,
     /// For the inboxes of the consumers that read one node's wills.
     pub(crate) client: async_nats::Client,
+    /// Content routing, once attached: a dead node's listener paths are withdrawn with its
+    /// lease.
+    pub(crate) content: Arc<std::sync::OnceLock<crate::content::ContentNode>>,
 }
 
 /// Sends what this node's previous instance left, writes its lease, and starts the tasks (with
@@ -333,6 +337,9 @@ async fn watch_leases(buckets: Arc<Wills>, broker: Arc<Broker>, me: Identity, st
                             ClusterStats::add(&stats.leases_taken, 1);
                             tracing::warn!(node = %node, "cluster: node lease expired; taking it over and sending its clients' wills");
                             fire_wills_of(&buckets, &broker, &stats, &node, None).await;
+                            if let Some(content) = buckets.content.get() {
+                                tokio::spawn(withdraw_content_paths_of(content.clone(), node.clone(), stats.clone()));
+                            }
                             tokio::spawn(sweep_registry_of(
                                 buckets.clone(),
                                 broker.clone(),
@@ -345,6 +352,24 @@ async fn watch_leases(buckets: Arc<Wills>, broker: Arc<Broker>, me: Identity, st
                     }
                 }
             }
+        }
+    }
+}
+
+/// Deletes the content listener paths the dead `node` left, so that no node sends it messages.
+async fn withdraw_content_paths_of(
+    content: crate::content::ContentNode,
+    node: String,
+    stats: Arc<ClusterStats>,
+) {
+    match crate::content::withdraw_paths_of(content.bucket(), &node).await {
+        Ok(withdrawn) => {
+            ContentClusterStats::add(&stats.content.paths_withdrawn, withdrawn);
+            tracing::info!(node = %node, withdrawn, "cluster: withdrew a dead node's content listener paths");
+        }
+        Err(e) => {
+            ContentClusterStats::add(&stats.content.path_errors, 1);
+            tracing::warn!(node = %node, error = %e, "cluster: cannot withdraw a dead node's content listener paths");
         }
     }
 }

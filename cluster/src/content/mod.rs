@@ -16,6 +16,8 @@
 //! JetStream assets: one bucket, one watcher per node; no consumer per listener.
 
 mod paths;
+
+pub(crate) use self::paths::withdraw_paths_of;
 pub(crate) mod stats;
 
 use std::collections::HashMap;

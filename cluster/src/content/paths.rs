@@ -1,9 +1,11 @@
 //! The listener paths of every node in one KV bucket: writing this node's own (coalesced, in
 //! the background, retried after a failure) and following the other nodes' into the matcher.
 //!
-//! A key is `<node>.<hash of the canonical path>` and its value the canonical text. A node's
-//! keys from an earlier run are deleted when the watcher first sees them (they are not among
-//! its current paths).
+//! A key is `<node>.<hash of the canonical path>` and its value the canonical text. A node that
+//! stops deletes its keys ([`ContentNode::withdraw_own`]); a node that dies has them deleted by
+//! the node that takes over its lease ([`withdraw_paths_of`]); a node's keys from an earlier run
+//! that are left anyway are deleted when its watcher first sees them (they are not among its
+//! current paths).
 
 use std::time::Duration;
 
@@ -39,7 +41,34 @@ pub(super) async fn bucket(
     .map_err(crate::StartError::Content)
 }
 
+/// Deletes the listener paths `node` left in the bucket (a dead node's, by the node that took
+/// over its lease), each at the revision listed, so that a path the node writes again after a
+/// restart stays; how many were deleted.
+pub(crate) async fn withdraw_paths_of(kv: &kv::Store, node: &str) -> Result<u64, String> {
+    let mut withdrawn = 0;
+    for entry in crate::bucket_entries::live_entries_matching(kv, &format!("{node}.>")).await? {
+        if kv.delete_expect_revision(&entry.key, Some(entry.revision)).await.is_ok() {
+            withdrawn += 1;
+        }
+    }
+    Ok(withdrawn)
+}
+
 impl ContentNode {
+    /// Deletes this node's own paths from the bucket (a node that stops: other nodes stop
+    /// sending it messages for listeners that are gone).
+    pub(crate) async fn withdraw_own(&self) {
+        let keys: Vec<String> = lock(&self.inner.mine).drain().collect();
+        for key in keys {
+            let _ = self.inner.kv.delete(&key).await;
+        }
+    }
+
+    /// The bucket, for the node that takes over a dead node's lease.
+    pub(crate) fn bucket(&self) -> &kv::Store {
+        &self.inner.kv
+    }
+
     /// Records that this node now has (`true`) or no longer has a listener on `path`.
     pub(super) fn want(&self, path: &Path, present: bool) {
         let key = path_key(&self.inner.node, path);

@@ -24,8 +24,12 @@ pub struct ContentClusterStats {
     pub remote_paths: AtomicU64,
     /// Other nodes' paths not taken into the matcher (its cap, or unreadable).
     pub remote_paths_refused: AtomicU64,
-    /// Writes of this node's own paths to the bucket that failed (retried).
+    /// Writes of this node's own paths to the bucket that failed (retried), and withdrawals
+    /// of a dead node's paths that failed.
     pub path_errors: AtomicU64,
+    /// A dead node's listener paths withdrawn from the bucket by this node (it took over the
+    /// dead node's lease).
+    pub paths_withdrawn: AtomicU64,
 }
 
 impl ContentClusterStats {
@@ -90,6 +94,12 @@ impl ContentClusterStats {
                 "Writes of this node's listener paths that failed",
                 c,
                 get(&self.path_errors),
+            ),
+            (
+                "content_paths_withdrawn",
+                "A dead node's listener paths withdrawn by this node",
+                c,
+                get(&self.paths_withdrawn),
             ),
         ]
     }
