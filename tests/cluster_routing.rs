@@ -361,6 +361,11 @@ async fn an_offline_shared_member_takes_nothing_from_a_member_online_on_another_
     }
     assert_eq!(got, (0..N).map(|i| i.to_string()).collect::<Vec<_>>(), "all of them, in order");
     assert_eq!((shared_received(&a), shared_received(&b)), (0, N as u64));
+    assert_eq!(
+        cluster(&b).stats().received.load(Ordering::Relaxed),
+        0,
+        "b, with only a shared member, holds no plain subscription to be sent the messages on"
+    );
 
     // Back online, the member on a takes its share again.
     let (mut back, present) = connect_persistent(a.addr, ProtocolVersion::V5, "away").await;

@@ -188,8 +188,10 @@ impl Router {
         options: SubscribeOptions,
     ) -> bool {
         let mut trie = write(self.shard_for_filter(filter.filter()));
-        let filters_before = trie.len();
         let entry = trie.entry(filter.filter());
+        // The cluster layer holds a plain NATS subscription for a filter while it has direct
+        // subscribers here; shared groups have their queue subscriptions instead.
+        let first_direct = matches!(filter, SubscriptionFilter::Plain(_)) && entry.direct.is_empty();
         let list = match filter {
             SubscriptionFilter::Plain(_) => &mut entry.direct,
             SubscriptionFilter::Shared { group, .. } => {
@@ -219,7 +221,7 @@ impl Router {
         } else {
             list.push(Subscriber { session: session.clone(), options, readable });
             self.count.fetch_add(1, Ordering::Relaxed);
-            if trie.len() > filters_before {
+            if first_direct {
                 if let Some(interest) = self.interest.get() {
                     interest.filter_added(filter.filter());
                 }
@@ -254,10 +256,14 @@ impl Router {
     /// Removes `session`'s subscription; returns whether it existed.
     pub fn unsubscribe(&self, session: SessionId, filter: &SubscriptionFilter) -> bool {
         let mut removed = false;
+        let mut last_direct = false;
         let mut trie = write(self.shard_for_filter(filter.filter()));
-        let gone = trie.remove_if(filter.filter(), |entry| {
+        trie.remove_if(filter.filter(), |entry| {
             match filter {
-                SubscriptionFilter::Plain(_) => removed = remove_member(&mut entry.direct, session),
+                SubscriptionFilter::Plain(_) => {
+                    removed = remove_member(&mut entry.direct, session);
+                    last_direct = removed && entry.direct.is_empty();
+                }
                 SubscriptionFilter::Shared { group, .. } => {
                     if let Some(i) = entry.groups.iter().position(|g| g.name == *group) {
                         removed = remove_member(&mut entry.groups[i].members, session);
@@ -271,7 +277,7 @@ impl Router {
             }
             entry.is_empty()
         });
-        if gone {
+        if last_direct {
             if let Some(interest) = self.interest.get() {
                 interest.filter_removed(filter.filter());
             }
@@ -299,7 +305,9 @@ impl Router {
         for shard in &shards {
             shard.for_each(|text, entry| {
                 if let Ok(filter) = TopicFilter::try_from(text) {
-                    interest.filter_added(&filter);
+                    if !entry.direct.is_empty() {
+                        interest.filter_added(&filter);
+                    }
                     for group in &entry.groups {
                         group.update_held(Some(interest), &filter);
                     }
@@ -654,6 +662,29 @@ mod tests {
         router.unsubscribe(b.id(), &sub("y/#"));
         router.unsubscribe(b.id(), &sub("y/#"));
         assert_eq!(*recorder.0.lock().unwrap(), ["+x/+", "+y/#", "-x/+", "-y/#"]);
+    }
+
+    #[test]
+    fn interest_follows_direct_subscribers_only_a_shared_only_filter_is_left_to_its_groups() {
+        let router = Router::new();
+        let (a, b) = (session(1), session(2));
+        let q0 = SubscribeOptions::with_qos(QoS::AtMostOnce);
+        let recorder = Arc::new(Recorder::default());
+        let installed: Arc<dyn Interest> = recorder.clone();
+        // A shared-only filter held before the installation is not reported either.
+        router.subscribe(&a, &sub("$share/g/old"), q0);
+        router.set_interest(&installed);
+        router.subscribe(&a, &sub("$share/g/z"), q0);
+        router.unsubscribe(a.id(), &sub("$share/g/z"));
+        // Direct first, then a group: the direct subscriber's leaving is reported while the
+        // group stays, and a direct one coming back is reported again.
+        router.subscribe(&b, &sub("w"), q0);
+        router.subscribe(&a, &sub("$share/g/w"), q0);
+        router.unsubscribe(b.id(), &sub("w"));
+        router.subscribe(&b, &sub("w"), q0);
+        router.unsubscribe(a.id(), &sub("$share/g/w"));
+        router.unsubscribe(b.id(), &sub("w"));
+        assert_eq!(*recorder.0.lock().unwrap(), ["+w", "-w", "+w", "-w"]);
     }
 
     #[test]

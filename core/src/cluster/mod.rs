@@ -52,9 +52,11 @@ use crate::topic::{TopicFilter, TopicName};
 /// Called with the router's shard lock held, so the calls for one filter come in order: an
 /// implementation must be quick and must not call back into the router.
 pub trait Interest: Send + Sync + fmt::Debug {
-    /// The router now has a subscriber to `filter`, and had none.
+    /// The router now has a direct (not shared) subscriber to `filter`, and had none. A
+    /// filter with only shared members is not reported here: its groups are
+    /// ([`Interest::group_added`]).
     fn filter_added(&self, filter: &TopicFilter);
-    /// The router no longer has any subscriber to `filter`.
+    /// The router no longer has any direct subscriber to `filter`.
     fn filter_removed(&self, filter: &TopicFilter);
     /// The router now has an online member (one with a connection) of shared group `group`
     /// on `filter`, and had none.
