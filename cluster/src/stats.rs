@@ -238,6 +238,12 @@ impl ClusterStats {
             ("publish_errors", "Publishes to NATS that failed", Counter, get(&self.publish_errors)),
             ("received", "Messages from other nodes routed here", Counter, get(&self.received)),
             (
+                "shared_received",
+                "Messages delivered to a shared group here because its NATS queue group chose this node",
+                Counter,
+                get(&self.shared_received),
+            ),
+            (
                 "duplicates_dropped",
                 "Copies dropped that an overlapping NATS subscription brought already",
                 Counter,
@@ -670,5 +676,28 @@ impl ClusterStats {
         values.extend(self.relay.values());
         values.extend(self.content.values());
         values
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every counter of [`super::ClusterStats`] is exported: a field added without its line in
+    /// `values` would be counted and never seen (`shared_received` was).
+    #[test]
+    fn every_counter_is_exported() {
+        let source = include_str!("stats.rs");
+        let fields = source.split("impl ClusterStats").next().expect("the struct comes first");
+        let exported = super::ClusterStats::default().values();
+        let names: Vec<&str> = exported.iter().map(|(name, ..)| *name).collect();
+        let mut checked = 0;
+        for line in fields.lines() {
+            let Some(rest) = line.trim().strip_prefix("pub ") else { continue };
+            let Some((field, kind)) = rest.split_once(':') else { continue };
+            if kind.trim() == "AtomicU64," {
+                assert!(names.contains(&field), "ClusterStats::{field} is not in values()");
+                checked += 1;
+            }
+        }
+        assert!(checked > 50, "only {checked} counters found in the struct");
     }
 }
