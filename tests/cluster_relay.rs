@@ -314,6 +314,13 @@ async fn a_dead_node_has_its_content_paths_withdrawn_with_its_lease() {
 
     d.child.kill().await.expect("SIGKILL");
     knows_paths(&a, 0).await;
+    // The watcher may apply the delete before the withdrawing task counts it.
+    within("a to count the path it withdrew for d", async {
+        while content_stat(&a, |s| s.paths_withdrawn.load(Ordering::Relaxed)) == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
     assert_eq!(content_stat(&a, |s| s.paths_withdrawn.load(Ordering::Relaxed)), 1, "a took d's lease");
 }
 
