@@ -37,7 +37,8 @@
 //!   ([`SessionCopies`]), resumed from there when their node died, and the replay of the
 //!   durable stream for a session resumed here.
 //! - `streams`: creating a stream at start when other nodes may be creating it too.
-//! - `users`: builtin users and their ACLs the same on every node, through a stream.
+//! - `users`: builtin users, their ACLs and content-routing access, administrators and API
+//!   tokens the same on every node, through a stream.
 //! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
 //! - `token_keys`: the token key store (claim, grant and anonymous tokens) the same on every
 //!   node, in the logins stream.
@@ -383,7 +384,8 @@ impl Cluster {
         Ok(bucket_entries::live_entries(&self.wills_kv).await?.into_iter().map(|entry| entry.key).collect())
     }
 
-    /// Keeps the builtin users and their ACLs of `directory` the same on every node (the
+    /// Keeps the builtin users (ACLs and content-routing access), roles, administrators and API
+    /// tokens of `directory`'s store the same on every node (the
     /// `users` module describes how): first applies what the cluster holds to this node's
     /// store, waiting at most `retained_load_timeout_ms` for it, then follows both.
     pub async fn replicate_users(

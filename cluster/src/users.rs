@@ -140,15 +140,26 @@ struct Node {
     stats: Arc<ClusterStats>,
 }
 
-/// One kind of record in the stream: users, or roles.
+/// One kind of record in the stream: users, roles, administrators or API tokens.
 trait Kind: Send + 'static {
     type Value: Clone + PartialEq + Send + Sync + 'static;
     /// What the log lines call it.
     const NAME: &'static str;
     /// The subject of the record named `key` (already escaped).
     fn subject(key: &str) -> String;
-    fn decode(bytes: &[u8], name: &str) -> Result<Self::Value, String>;
+    /// Reads the wire form, checking every field as the store would.
+    fn parse(bytes: &[u8]) -> Result<Self::Value, String>;
+    /// The name a record is stored (and its subject keyed) under.
+    fn name_of(value: &Self::Value) -> &str;
     fn encode(value: &Self::Value) -> Vec<u8>;
+    /// Reads a message of the subject of record `name`: it must hold that record.
+    fn decode(bytes: &[u8], name: &str) -> Result<Self::Value, String> {
+        let value = Self::parse(bytes)?;
+        if Self::name_of(&value) != name {
+            return Err(format!("a {} under another's subject", Self::NAME));
+        }
+        Ok(value)
+    }
     /// The store's record `name` as it travels.
     fn read(store: &Store, name: &str) -> Result<Option<Self::Value>, String>;
     /// Writes `value` (idempotent: `false` when the store held it already).
@@ -174,12 +185,12 @@ impl Kind for Users {
         format!("{PREFIX}.{key}")
     }
 
-    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedUser, String> {
-        match ReplicatedUser::decode(bytes) {
-            Ok(user) if user.username == name => Ok(user),
-            Ok(_) => Err("a user under another user's subject".to_owned()),
-            Err(e) => Err(e.to_string()),
-        }
+    fn parse(bytes: &[u8]) -> Result<ReplicatedUser, String> {
+        ReplicatedUser::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    fn name_of(value: &ReplicatedUser) -> &str {
+        &value.username
     }
 
     fn encode(user: &ReplicatedUser) -> Vec<u8> {
@@ -215,12 +226,12 @@ impl Kind for Roles {
         format!("{PREFIX}.{ROLE_TOKEN}.{key}")
     }
 
-    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedRole, String> {
-        match ReplicatedRole::decode(bytes) {
-            Ok(role) if role.name == name => Ok(role),
-            Ok(_) => Err("a role under another role's subject".to_owned()),
-            Err(e) => Err(e.to_string()),
-        }
+    fn parse(bytes: &[u8]) -> Result<ReplicatedRole, String> {
+        ReplicatedRole::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    fn name_of(value: &ReplicatedRole) -> &str {
+        &value.name
     }
 
     fn encode(role: &ReplicatedRole) -> Vec<u8> {
@@ -276,12 +287,12 @@ impl Kind for Admins {
         format!("{PREFIX}.{ADMIN_TOKEN}.{key}")
     }
 
-    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedAdmin, String> {
-        match ReplicatedAdmin::decode(bytes) {
-            Ok(admin) if admin.name == name => Ok(admin),
-            Ok(_) => Err("an administrator under another's subject".to_owned()),
-            Err(e) => Err(e.to_string()),
-        }
+    fn parse(bytes: &[u8]) -> Result<ReplicatedAdmin, String> {
+        ReplicatedAdmin::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    fn name_of(value: &ReplicatedAdmin) -> &str {
+        &value.name
     }
 
     fn encode(admin: &ReplicatedAdmin) -> Vec<u8> {
@@ -315,12 +326,12 @@ impl Kind for ApiTokens {
         format!("{PREFIX}.{API_TOKEN_TOKEN}.{key}")
     }
 
-    fn decode(bytes: &[u8], name: &str) -> Result<ReplicatedApiToken, String> {
-        match ReplicatedApiToken::decode(bytes) {
-            Ok(token) if token.name == name => Ok(token),
-            Ok(_) => Err("an API token under another's subject".to_owned()),
-            Err(e) => Err(e.to_string()),
-        }
+    fn parse(bytes: &[u8]) -> Result<ReplicatedApiToken, String> {
+        ReplicatedApiToken::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    fn name_of(value: &ReplicatedApiToken) -> &str {
+        &value.name
     }
 
     fn encode(token: &ReplicatedApiToken) -> Vec<u8> {

@@ -71,18 +71,16 @@ impl Keys {
             }
             *last = Some(at);
         }
-        match write(&self.store).refresh(now) {
-            Ok(changed) => changed,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot re-read the token key store; keeping the keys loaded");
-                false
-            }
-        }
+        self.reload_at(now)
     }
 
     /// Reloads the store if its `keys.json` changed on disk (`mesgd keys rotate` in another
     /// process, or the cluster's store imported); whether it did. Blocking: file reads.
     pub(crate) fn reload_if_changed(&self) -> bool {
+        self.reload_at(SystemTime::now())
+    }
+
+    fn reload_at(&self, now: SystemTime) -> bool {
         match read(&self.store).is_stale() {
             Ok(false) => return false,
             Ok(true) => {}
@@ -94,7 +92,7 @@ impl Keys {
         // One guard for the refresh and the log line: taking the read lock while this write
         // guard lives would deadlock.
         let mut store = write(&self.store);
-        match store.refresh(SystemTime::now()) {
+        match store.refresh(now) {
             Ok(changed) => {
                 if changed {
                     tracing::info!(current = %store.current_key_id(), "token keys reloaded");

@@ -91,10 +91,15 @@ impl ReplicatedAdmin {
     /// Reads the wire form and checks every field as the store would.
     pub fn decode(bytes: &[u8]) -> Result<ReplicatedAdmin, ReplicaError> {
         let admin: ReplicatedAdmin = serde_json::from_slice(bytes)?;
-        validate_username(&admin.name)?;
-        password::hash_scheme(&admin.password_hash).map_err(StoreError::from)?;
-        scope(&admin.role, "administrator role")?;
+        admin.validate()?;
         Ok(admin)
+    }
+
+    /// Every field as the store would take it.
+    fn validate(&self) -> Result<(), ReplicaError> {
+        validate_username(&self.name)?;
+        password::hash_scheme(&self.password_hash).map_err(StoreError::from)?;
+        scope(&self.role, "administrator role").map(drop)
     }
 }
 
@@ -108,14 +113,20 @@ impl ReplicatedApiToken {
     /// Reads the wire form and checks every field as the store would.
     pub fn decode(bytes: &[u8]) -> Result<ReplicatedApiToken, ReplicaError> {
         let token: ReplicatedApiToken = serde_json::from_slice(bytes)?;
-        validate_username(&token.name)?;
-        scope(&token.scope, "API token scope")?;
-        if !lower_hex(&token.id, 16) || !lower_hex(&token.secret_sha256, 64) {
+        token.validate()?;
+        Ok(token)
+    }
+
+    /// Every field as the store would take it.
+    fn validate(&self) -> Result<(), ReplicaError> {
+        validate_username(&self.name)?;
+        scope(&self.scope, "API token scope")?;
+        if !lower_hex(&self.id, 16) || !lower_hex(&self.secret_sha256, 64) {
             return Err(ReplicaError::Inconsistent(
                 "an API token's id is not 16, or its digest not 64, lower-case hex digits".into(),
             ));
         }
-        Ok(token)
+        Ok(())
     }
 }
 
@@ -141,7 +152,7 @@ impl Store {
 
     /// Makes the store's administrator `admin.name` exactly `admin`; whether anything changed.
     pub fn put_replicated_admin(&self, admin: &ReplicatedAdmin) -> Result<bool, ReplicaError> {
-        ReplicatedAdmin::decode(&admin.encode())?;
+        admin.validate()?;
         if self.replicated_admins()?.get(&admin.name) == Some(admin) {
             return Ok(false);
         }
@@ -186,7 +197,7 @@ impl Store {
     /// Makes the store's API token `token.name` exactly `token` (a token of another name with
     /// the same id is replaced); whether anything changed.
     pub fn put_replicated_api_token(&self, token: &ReplicatedApiToken) -> Result<bool, ReplicaError> {
-        ReplicatedApiToken::decode(&token.encode())?;
+        token.validate()?;
         if self.replicated_api_tokens()?.get(&token.name) == Some(token) {
             return Ok(false);
         }

@@ -76,6 +76,14 @@ impl Meta {
     /// Reads metadata from its JSON, refusing what [`Meta::read`] refuses; the error says why.
     pub(crate) fn parse(bytes: &[u8]) -> Result<Meta, String> {
         let meta: Meta = serde_json::from_slice(bytes).map_err(|e| format!("not valid key metadata: {e}"))?;
+        meta.validate()?;
+        Ok(meta)
+    }
+
+    /// Refuses what a store never writes: another format, a retired key without `until`, an
+    /// id that is not 16 lower-case hex digits.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        let meta = self;
         if meta.format != META_FORMAT {
             return Err(format!("metadata format {} is not {META_FORMAT}", meta.format));
         }
@@ -88,7 +96,7 @@ impl Meta {
         }) {
             return Err("a key id is not 16 lower-case hex digits".into());
         }
-        Ok(meta)
+        Ok(())
     }
 
     /// Writes `dir/keys.json` atomically.

@@ -164,8 +164,7 @@ impl SharedKeys {
         }
         let wire: Wire =
             serde_json::from_slice(bytes).map_err(|e| SharedKeysError::Malformed(e.to_string()))?;
-        let meta_bytes = serde_json::to_vec(&wire.meta).unwrap_or_default();
-        Meta::parse(&meta_bytes).map_err(SharedKeysError::Malformed)?;
+        wire.meta.validate().map_err(SharedKeysError::Malformed)?;
         if wire.meta.retired.len() > MAX_RETIRED {
             return Err(SharedKeysError::Malformed(format!(
                 "{} retired key sets (at most {MAX_RETIRED})",
