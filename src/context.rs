@@ -121,6 +121,11 @@ impl ServerContext {
         self.parking.parked()
     }
 
+    /// How many parked connections' plain TCP sockets wait outside tokio's reactor now.
+    pub fn parked_sockets_watched(&self) -> usize {
+        self.parking.sockets_watched()
+    }
+
     /// The provider chain.
     pub fn chain(&self) -> &Chain {
         &self.chain

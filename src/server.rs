@@ -228,6 +228,11 @@ impl Server {
             "Parked MQTT connections given their own task again",
             resumes,
         );
+        ctx.metrics.register(
+            "mesgd_mqtt_parked_sockets_watched",
+            "Parked MQTT connections whose TCP socket waits outside the async runtime's reactor",
+            ctx.parking.sockets_watched_gauge(),
+        );
         if let Some(cluster) = &cluster {
             ctx.metrics.register_collector(Box::new(ClusterCollector::new(cluster.stats().clone())));
             // Before the listeners: the first login already sees the cluster's users.

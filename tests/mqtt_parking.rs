@@ -1,7 +1,8 @@
 //! Idle connections parked without a task of their own (`mqtt.park_idle_ms`): each kind of
 //! wake brings one back exactly as if it had never left — a delivery, a packet from the client,
 //! a takeover, the keep-alive deadline, a shutdown — and a parked connection keeps its place
-//! in the connection limits until it ends.
+//! in the connection limits until it ends. A parked connection's TCP socket waits outside
+//! tokio's reactor, and a packet or a close from the client still wakes it.
 //!
 //! Every wait is for an observable event: the parked-connection count, a packet, a close.
 
@@ -25,10 +26,17 @@ fn parked(server: &TestServer) -> usize {
     server.server.as_ref().expect("running").context().parked_connections()
 }
 
-/// Waits until exactly `n` connections are parked.
+/// Parked connections whose socket waits outside tokio's reactor.
+fn watched(server: &TestServer) -> usize {
+    server.server.as_ref().expect("running").context().parked_sockets_watched()
+}
+
+/// Waits until exactly `n` connections are parked, each with its socket (plain TCP) out of
+/// tokio's reactor: every wake from the client's side below then comes through the watch of
+/// idle sockets.
 async fn until_parked(server: &TestServer, n: usize) {
     within(&format!("{n} parked connections"), async {
-        while parked(server) != n {
+        while parked(server) != n || watched(server) != n {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
@@ -44,6 +52,17 @@ fn connect_with_keep_alive(level: u8, client_id: &str, keep_alive: u16) -> Vec<u
         body.push(0);
     }
     body.extend_from_slice(&mqtt_str(client_id));
+    packet(0x10, &body)
+}
+
+/// A clean-session MQTT 3.1.1 CONNECT with a QoS 0 will.
+fn connect_with_will(client_id: &str, topic: &str, message: &[u8]) -> Vec<u8> {
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[4, 0x06, 0, 60]);
+    body.extend_from_slice(&mqtt_str(client_id));
+    body.extend_from_slice(&mqtt_str(topic));
+    body.extend_from_slice(&u16::try_from(message.len()).expect("short").to_be_bytes());
+    body.extend_from_slice(message);
     packet(0x10, &body)
 }
 
@@ -107,6 +126,29 @@ async fn a_parked_connection_is_closed_at_its_keep_alive_deadline() {
     until_parked(&server, 1).await;
     assert_eq!(disconnect_reason(&mut quiet).await, Some(ReasonCode::KeepAliveTimeout));
     until_parked(&server, 0).await;
+}
+
+#[tokio::test]
+async fn a_parked_client_that_drops_its_socket_ends_and_its_will_goes_out() {
+    let server = start("").await;
+    let mut watcher = Raw::connected(server.addr, V3, "will-watcher").await;
+    watcher.send(&subscribe_packet(1, "wills/#", 0, false)).await;
+    assert!(matches!(watcher.recv().await, Some(Packet::SubAck(_))));
+    let mut device = Raw::open(server.addr, V3).await;
+    device.send(&connect_with_will("device", "wills/device", b"gone")).await;
+    connack(&mut device).await;
+    until_parked(&server, 2).await;
+
+    // No DISCONNECT: the socket closes under the parked connection, and only its watch sees it.
+    drop(device);
+    match watcher.recv().await {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(&*p.topic, "wills/device");
+            assert_eq!(&p.payload[..], b"gone");
+        }
+        other => panic!("expected the will, got {other:?}"),
+    }
+    until_parked(&server, 1).await;
 }
 
 #[tokio::test]

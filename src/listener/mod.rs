@@ -96,6 +96,8 @@ impl Endpoint {
         if self.tls.is_none() && self.kind == ListenerKind::Mqtt {
             let deadline = slot.deadline(self.ctx.connect_timeout);
             // The connection holds the slot: it may outlive this task (parked).
+            // Its socket may wait outside tokio's reactor while it is parked.
+            let stream = crate::park::ParkableTcp::new(stream);
             let serve =
                 mqtt::serve(stream, peer, self.name.clone(), None, self.ctx.clone(), deadline, Some(slot));
             return Either::Left(Either::Left(serve));

@@ -6,7 +6,9 @@
 //! finds it idle for `mqtt.park_idle_ms` and nothing is buffered or held: no partial packet in,
 //! no bytes out, no acknowledgement waiting for the disk or the cluster's store, no publish
 //! paused. Only its [`Core`] waits in the lot: the buffers, the keep-alive timer and the
-//! scratch space are dropped, and the lot resumes it at its deadline.
+//! scratch space are dropped, and the lot resumes it at its deadline. A plain TCP socket
+//! also leaves tokio's reactor for the server's watch of idle sockets
+//! ([`crate::park::ParkableTcp`]) until the connection next reads or writes.
 
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -17,7 +19,7 @@ use tracing::Instrument;
 
 use super::{Connection, Core};
 use crate::listener::ConnectionSlot;
-use crate::park::Parked;
+use crate::park::{ParkableTcp, Parked};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Holds the listener's slot until the connection ends, which lets it park (see the module
@@ -92,6 +94,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     }
 }
 
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Core<S> {
+    /// Moves a plain TCP socket out of tokio's reactor into the server's watch of idle
+    /// sockets, which wakes the lot's waker for this connection when the socket turns readable.
+    /// The stream's type is the listener's choice (plain TCP, TLS, a test's duplex), so it is
+    /// asked for here rather than spelled in every bound of `Connection`: other streams stay
+    /// where they are.
+    fn leave_reactor(&mut self, cx: &Context<'_>) {
+        let Some(socket) = (&mut self.stream as &mut dyn std::any::Any).downcast_mut::<ParkableTcp>() else {
+            return;
+        };
+        if let Some(watch) = self.ctx.parking.idle_watch() {
+            socket.leave_reactor(watch, cx.waker());
+        }
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Parked for Core<S> {
     fn poll_idle(self: Box<Self>, cx: &mut Context<'_>) -> Option<Box<dyn Parked>> {
         // The same poll as in the task: with the lot's waker, it registers that waker with the
@@ -108,7 +126,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Parked for Core<S> {
             Poll::Pending => c.parkable(),
         };
         if idle {
-            return Some(Box::new(c.into_core()));
+            let mut core = c.into_core();
+            core.leave_reactor(cx);
+            return Some(Box::new(core));
         }
         Box::new(c).resume();
         None

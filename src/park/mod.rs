@@ -15,9 +15,19 @@
 //! does work only for the connections that woke, but the lot's task is one future, polled on one
 //! thread at a time; small lots spread resumes over the runtime's threads and keep one lot's
 //! work short. A lot that empties ends its task.
+//!
+//! # Layout
+//!
+//! - this file: the lots, their tasks and the per-connection wakers.
+//! - [`socket`]: a plain TCP socket that waits outside tokio's reactor while its connection is
+//!   parked ([`ParkableTcp`]), in the server's one [`IdleWatch`].
+
+mod socket;
+
+pub(crate) use socket::{IdleWatch, ParkableTcp};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::Instant;
 
@@ -59,6 +69,11 @@ struct Shared {
     parks: Counter,
     /// Connections resumed, ever.
     resumes: Counter,
+    /// The epoll set of parked sockets, started by the first socket that parks; `None` if it
+    /// could not be started (parked sockets then stay in tokio's reactor).
+    watch: OnceLock<Option<Arc<IdleWatch>>>,
+    /// Parked connections' sockets in the watch now.
+    sockets_watched: Gauge,
 }
 
 #[derive(Default)]
@@ -152,6 +167,30 @@ impl ParkingLot {
     /// The gauge of parked connections and the counters of parks and resumes, for `/metrics`.
     pub(crate) fn metrics(&self) -> (Gauge, Counter, Counter) {
         (self.shared.parked.clone(), self.shared.parks.clone(), self.shared.resumes.clone())
+    }
+
+    /// The gauge of parked sockets waiting outside tokio's reactor, for `/metrics`.
+    pub(crate) fn sockets_watched_gauge(&self) -> Gauge {
+        self.shared.sockets_watched.clone()
+    }
+
+    /// How many parked connections' sockets wait outside tokio's reactor now.
+    pub(crate) fn sockets_watched(&self) -> usize {
+        usize::try_from(self.shared.sockets_watched.get()).unwrap_or(0)
+    }
+
+    /// The server's watch of parked sockets, started on first use.
+    pub(crate) fn idle_watch(&self) -> Option<&Arc<IdleWatch>> {
+        self.shared
+            .watch
+            .get_or_init(|| match IdleWatch::start(self.shared.sockets_watched.clone()) {
+                Ok(watch) => Some(Arc::new(watch)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not start the watch of idle sockets: parked MQTT connections keep their sockets in tokio's reactor (about 270 bytes each)");
+                    None
+                }
+            })
+            .as_ref()
     }
 }
 
