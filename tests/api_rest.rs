@@ -142,6 +142,30 @@ async fn the_openapi_document_lists_exactly_the_mounted_routes() {
 }
 
 #[tokio::test]
+async fn a_body_over_max_body_bytes_is_refused_413_and_counted() {
+    let (storage, server, api) = start().await;
+    storage.mesgd(&["admin", "add", "root", "--password-stdin"], &format!("{ADMIN_PASSWORD}\n")).await;
+    let token = admin_token(&storage, "admin", "ci").await;
+    let huge = "x".repeat(1024 * 1024 + 1);
+    let (status, body) = api
+        .with_token(&token, Method::POST, "/users", Some(json!({"username": "big", "password": huge})))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let counts = server.server.as_ref().unwrap().context().limits().counters.snapshot();
+    assert_eq!(counts.body_size, 1);
+    // Nothing was made, and a body under the cap is read as before.
+    let (status, body) = api
+        .with_token(
+            &token,
+            Method::POST,
+            "/users",
+            Some(json!({"username": "big", "password": USER_PASSWORD})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+#[tokio::test]
 async fn users_rules_and_the_acl_tester() {
     let (storage, server, api) = start().await;
     storage.mesgd(&["admin", "add", "root", "--password-stdin"], &format!("{ADMIN_PASSWORD}\n")).await;

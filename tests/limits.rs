@@ -210,6 +210,48 @@ async fn a_request_body_that_stops_is_answered_408_at_the_connect_deadline() {
 }
 
 #[tokio::test]
+async fn a_request_body_over_its_routes_cap_is_answered_413_and_counted() {
+    let server =
+        TestServer::start("[[listeners]]\nname = \"http\"\nkind = \"http\"\nbind = \"127.0.0.1:0\"\n").await;
+    let http = server.server.as_ref().unwrap().local_addr("http").expect("http listener");
+    let client = reqwest::Client::new();
+    let sample = |text_len: usize| {
+        format!(
+            r#"{{"sample":{{"kind":"chat","text":"{}"}},"modes":{{"kind":"exact"}}}}"#,
+            "x".repeat(text_len)
+        )
+    };
+    // Over the cap, on each route that reads a body without a credential first: the pattern
+    // compiler (64 KiB) and /auth (16 KiB). The REST API's cap (`http.max_body_bytes`) is
+    // checked in tests/api_rest.rs, behind an API token.
+    for (path, size) in [("/api/patterns/compile", 65 * 1024), ("/auth/login", 17 * 1024)] {
+        let answer = client
+            .post(format!("http://{http}{path}"))
+            .header("content-type", "application/json")
+            .body(sample(size))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status(), reqwest::StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+    }
+    assert_eq!(counts(&server).body_size, 2);
+    let metrics = reqwest::get(format!("http://{http}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l == r#"mesgd_limit_refusals_total{limit="body_size"} 2"#), "{metrics}");
+    // Under the cap, the same request is answered.
+    let answer = client
+        .post(format!("http://{http}/api/patterns/compile"))
+        .header("content-type", "application/json")
+        .body(sample(1000))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    assert_eq!(answer.text().await.unwrap(), r#"{"pattern":"/kind=chat"}"#);
+    assert_eq!(counts(&server).body_size, 2);
+    healthy_exchange(&server, "127.0.0.1", "body-size").await;
+}
+
+#[tokio::test]
 async fn a_guesser_behind_a_nat_slows_its_neighbours_only_by_the_address_delay() {
     let config = format!(
         "[auth]\nallow_anonymous = false\n[auth.failed_login]\nmax_failures = 2\nbase_delay_ms = 400\n\

@@ -1,5 +1,6 @@
 //! The relay's defences through the real interface: key proof (`require_key_proof` on and
-//! off), load refusal, and a client that stops reading.
+//! off), load refusal, a client that stops reading, and the count caps per connection (rooms,
+//! pipes, games), each refusing only the request over it.
 
 mod common;
 
@@ -192,4 +193,59 @@ async fn turn_credentials_follow_the_turn_rest_api() {
     let key = hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, b"north-secret");
     let expected = STANDARD.encode(hmac::sign(&key, username.as_bytes()).as_ref());
     assert_eq!(turn["credential"], expected);
+}
+
+#[tokio::test]
+async fn count_caps_refuse_only_the_request_over_them_and_are_counted() {
+    let server = relay::server(
+        "[relay]\nmax_rooms_per_connection = 2\nmax_pipes_per_connection = 1\nmax_games_per_connection = 1\n",
+    )
+    .await;
+    let mut ann = Client::connect(&server, Kind::Tcp).await;
+    ann.register("ann").await;
+    let mut bob = Client::connect(&server, Kind::Ws).await;
+    bob.register("bob").await;
+    let mut cid = Client::connect(&server, Kind::Tcp).await;
+    cid.register("cid").await;
+
+    for room in ["r1", "r2"] {
+        ann.send(json!({"t": "join_room", "room": room})).await;
+        ann.expect("joined_room").await;
+    }
+    ann.send(json!({"t": "join_room", "room": "r3"})).await;
+    ann.expect_error("limit reached: rooms per connection").await;
+
+    ann.send(json!({"t": "open_pipe", "to": "bob"})).await;
+    let pipe = ann.expect("pipe_open").await["pipe_id"].clone();
+    bob.expect("pipe_incoming").await;
+    ann.send(json!({"t": "open_pipe", "to": "cid"})).await;
+    ann.expect_error("limit reached: pipes per connection").await;
+    // bob, the other end, is at the cap as well.
+    cid.send(json!({"t": "open_pipe", "to": "bob"})).await;
+    cid.expect_error("limit reached: pipes per connection").await;
+
+    ann.send(json!({"t": "find_match", "game": "chess"})).await;
+    ann.expect("waiting").await;
+    ann.send(json!({"t": "find_match", "game": "go"})).await;
+    ann.expect_error("limit reached: games per connection").await;
+
+    let ctx = server.server.as_ref().unwrap().context();
+    assert_eq!(ctx.limits().counters.snapshot().relay_caps, 4);
+    let refused = ctx.relay().sizes().refused;
+    assert_eq!((refused.0, refused.1, refused.2), (1, 2, 1), "rooms, pipes, games");
+
+    // What was granted still works, and the others are not held to ann's caps.
+    ann.send(json!({"t": "pipe_data", "pipe_id": pipe, "n": 1})).await;
+    assert_eq!(bob.expect("pipe_data").await["n"], 1);
+    cid.send(json!({"t": "join_room", "room": "r3"})).await;
+    cid.expect("joined_room").await;
+    cid.send(json!({"t": "join_room", "room": "r1"})).await;
+    cid.expect("joined_room").await;
+    cid.send(json!({"t": "room_send", "room": "r1", "ct": "hello"})).await;
+    let delivered = ann.expect("room_deliver").await;
+    assert_eq!((&delivered["from"], &delivered["ct"]), (&json!("cid"), &json!("hello")));
+    cid.send(json!({"t": "find_match", "game": "chess"})).await;
+    assert_eq!(cid.expect("matched").await["peer"], "ann");
+    assert_eq!(ann.expect("matched").await["peer"], "cid");
+    assert_eq!(ctx.limits().counters.snapshot().relay_caps, 4);
 }

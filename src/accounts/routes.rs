@@ -23,6 +23,7 @@ use super::issue::IssueRefusal;
 use crate::content::grant::standing;
 use crate::context::ServerContext;
 use crate::http::HttpConnection;
+use crate::http::body_limit::{self, BodyRefused};
 
 /// The routes, for the `http` listener.
 pub(crate) fn routes() -> axum::Router<Arc<ServerContext>> {
@@ -49,11 +50,14 @@ fn services(ctx: &ServerContext) -> Option<(Arc<Sessions>, Arc<UserDirectory>)> 
     Some((sessions, directory))
 }
 
-/// Reads the request's body (at most `MAX_BODY` bytes) and parses it with `parse`; a 400 that
-/// says what was wrong otherwise.
+/// Reads the request's body (at most `MAX_BODY` bytes, else 413) and parses it with `parse`; a
+/// 400 that says what was wrong otherwise.
 async fn read_body<T>(req: Request, parse: fn(&[u8]) -> Result<T, body::BodyError>) -> Result<T, Response> {
-    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY).await.map_err(|_| {
-        error(StatusCode::BAD_REQUEST, format!("the body is not readable or over {MAX_BODY} bytes"))
+    let bytes = body_limit::read(req.into_body(), MAX_BODY).await.map_err(|refused| match refused {
+        BodyRefused::TooLarge => {
+            error(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is over {MAX_BODY} bytes"))
+        }
+        BodyRefused::Unreadable => error(StatusCode::BAD_REQUEST, "the body is not readable"),
     })?;
     parse(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))
 }

@@ -23,6 +23,7 @@ use mesgd_core::content::{CompileError, Modes};
 use serde::Deserialize;
 
 use crate::context::ServerContext;
+use crate::http::body_limit::{self, BodyRefused};
 
 /// The fixed path of the HTTP interface.
 pub(crate) const HTTP_PATH: &str = "/api/patterns/compile";
@@ -111,10 +112,14 @@ pub(crate) fn answer(body: &[u8]) -> Result<String, PatternError> {
 
 /// `POST /api/patterns/compile`.
 pub(crate) async fn route(State(_ctx): State<Arc<ServerContext>>, req: Request<Body>) -> Response<Body> {
-    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+    let body = match body_limit::read(req.into_body(), MAX_BODY).await {
         Ok(b) => b,
-        Err(_) => {
-            let error = format!("invalid request: the body is not readable or over {MAX_BODY} bytes");
+        Err(BodyRefused::TooLarge) => {
+            let error = format!("the body is over {MAX_BODY} bytes");
+            return json_response(StatusCode::PAYLOAD_TOO_LARGE, &serde_json::json!({ "error": error }));
+        }
+        Err(BodyRefused::Unreadable) => {
+            let error = "invalid request: the body is not readable";
             return json_response(StatusCode::BAD_REQUEST, &serde_json::json!({ "error": error }));
         }
     };

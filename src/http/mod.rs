@@ -6,6 +6,7 @@
 //!
 //! - [`ws`]: the generic WebSocket upgrade every WebSocket front end calls.
 //! - [`body_deadline`]: the deadline on reading a request body (a slowloris after the headers).
+//! - [`body_limit`]: reading a request body up to a size (413 over it, on every route).
 //! - [`api`]: the REST API under `/api/v1`, with administrator authentication.
 //! - [`console`]: the web console at `/console`, a client of the REST API.
 //!
@@ -14,6 +15,7 @@
 
 pub(crate) mod api;
 pub(crate) mod body_deadline;
+pub(crate) mod body_limit;
 pub(crate) mod console;
 pub(crate) mod ws;
 
@@ -76,6 +78,14 @@ async fn not_found(req: axum::extract::Request) -> axum::response::Response {
     ws::text(StatusCode::NOT_FOUND, "not found\n")
 }
 
+/// Counts a request answered 413 (a body over `http.max_body_bytes`, refused by whichever route
+/// read it) and logs it once per interval.
+fn body_too_large(ctx: &ServerContext, peer: SocketAddr) {
+    if let Some(more) = ctx.limits.trip(Tripped::BodySize, crate::clock::now()) {
+        tracing::info!(%peer, more_since_last_line = more, "request body over http.max_body_bytes: answered 413");
+    }
+}
+
 /// Serves HTTP/1.1 on one connection until the client closes it (or upgrades it and the
 /// WebSocket connection ends, for the slot it holds).
 pub(crate) async fn serve<S>(io: S, connection: HttpConnection, router: Router, ctx: &Arc<ServerContext>)
@@ -94,6 +104,11 @@ where
         async move {
             let response = tower::ServiceExt::oneshot(router, req).await;
             if !expired.load(Ordering::Relaxed) {
+                if let Ok(refused) = &response
+                    && refused.status() == StatusCode::PAYLOAD_TOO_LARGE
+                {
+                    body_too_large(&ctx, peer);
+                }
                 return response;
             }
             if let Some(more) = ctx.limits.trip(Tripped::BodyTimeout, crate::clock::now()) {

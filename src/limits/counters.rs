@@ -22,6 +22,11 @@ pub struct LimitCounters {
     pub body_timeouts: AtomicU64,
     /// Logins delayed by the failed-login throttle.
     pub logins_throttled: AtomicU64,
+    /// HTTP requests answered 413 because their body was over `http.max_body_bytes`.
+    pub body_size: AtomicU64,
+    /// Relay requests refused by a count cap (rooms, pipes, games, subscriptions, alias
+    /// bindings: per connection or relay-wide; the relay's own counters say which).
+    pub relay_caps: AtomicU64,
 }
 
 /// A plain copy of [`LimitCounters`] at one moment.
@@ -42,6 +47,10 @@ pub struct LimitCounts {
     pub body_timeouts: u64,
     /// See [`LimitCounters::logins_throttled`].
     pub logins_throttled: u64,
+    /// See [`LimitCounters::body_size`].
+    pub body_size: u64,
+    /// See [`LimitCounters::relay_caps`].
+    pub relay_caps: u64,
 }
 
 impl LimitCounters {
@@ -61,6 +70,8 @@ impl LimitCounters {
             handshake_timeouts: read(&self.handshake_timeouts),
             body_timeouts: read(&self.body_timeouts),
             logins_throttled: read(&self.logins_throttled),
+            body_size: read(&self.body_size),
+            relay_caps: read(&self.relay_caps),
         }
     }
 }
@@ -73,7 +84,7 @@ impl LimitCounts {
 
     /// Every count with its `$SYS` topic below `$SYS/broker/` (`limits/<name>`); the
     /// Prometheus family `mesgd_limit_refusals_total` labels them with `<name>`.
-    pub fn by_name(&self) -> [(&'static str, u64); 7] {
+    pub fn by_name(&self) -> [(&'static str, u64); 9] {
         [
             ("limits/max_connections", self.max_connections),
             ("limits/connections_per_ip", self.connections_per_ip),
@@ -82,6 +93,8 @@ impl LimitCounts {
             ("limits/handshake_timeouts", self.handshake_timeouts),
             ("limits/body_timeouts", self.body_timeouts),
             ("limits/logins_throttled", self.logins_throttled),
+            ("limits/body_size", self.body_size),
+            ("limits/relay_caps", self.relay_caps),
         ]
     }
 }

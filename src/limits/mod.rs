@@ -47,6 +47,10 @@ pub struct LimitLogs {
     pub handshake_timeouts: LogOnce,
     /// `limits.connect_timeout_ms`, for a request body after its headers.
     pub body_timeouts: LogOnce,
+    /// `http.max_body_bytes`.
+    pub body_size: LogOnce,
+    /// The relay's count caps (`[relay] max_rooms_per_connection`, …).
+    pub relay_caps: LogOnce,
     /// `limits.max_queued_bytes_total`: publishers paused.
     pub queue_budget: LogOnce,
     /// `limits.max_queued_bytes_total`: deliveries dropped at the hard cap.
@@ -62,6 +66,8 @@ impl Default for LimitLogs {
             topic_length: LogOnce::new(LOG_INTERVAL),
             handshake_timeouts: LogOnce::new(LOG_INTERVAL),
             body_timeouts: LogOnce::new(LOG_INTERVAL),
+            body_size: LogOnce::new(LOG_INTERVAL),
+            relay_caps: LogOnce::new(LOG_INTERVAL),
             queue_budget: LogOnce::new(LOG_INTERVAL),
             queue_budget_drops: LogOnce::new(LOG_INTERVAL),
         }
@@ -84,6 +90,10 @@ pub enum Tripped {
     HandshakeTimeout,
     /// `limits.connect_timeout_ms`, for an HTTP request body that stopped arriving.
     BodyTimeout,
+    /// `http.max_body_bytes`: a request body over it was answered 413.
+    BodySize,
+    /// A relay count cap (rooms, pipes, games, subscriptions, alias bindings).
+    RelayCap,
 }
 
 /// The limit state of a running server: what the front ends consult and update.
@@ -121,6 +131,8 @@ impl LimitState {
             Tripped::TopicLength => (&self.counters.topic_length, &self.logs.topic_length),
             Tripped::HandshakeTimeout => (&self.counters.handshake_timeouts, &self.logs.handshake_timeouts),
             Tripped::BodyTimeout => (&self.counters.body_timeouts, &self.logs.body_timeouts),
+            Tripped::BodySize => (&self.counters.body_size, &self.logs.body_size),
+            Tripped::RelayCap => (&self.counters.relay_caps, &self.logs.relay_caps),
         };
         LimitCounters::add(counter);
         log.tripped(now)
