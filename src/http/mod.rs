@@ -48,6 +48,9 @@ pub(crate) struct HttpConnection {
     pub(crate) tls: Option<TlsInfo>,
     /// The listener's connection slot: a WebSocket that outlives the HTTP exchange keeps it.
     pub(crate) slot: Arc<ConnectionSlot>,
+    /// When every handshake on the connection (TLS, the upgrade, the protocol's first message)
+    /// must be done: `limits.connect_timeout_ms` after the accept.
+    pub(crate) deadline: std::time::Instant,
 }
 
 /// The routes of one listener: `mqtt-ws` answers MQTT over WebSocket on its `path`; `http`

@@ -93,8 +93,10 @@ impl Endpoint {
         peer: SocketAddr,
         slot: ConnectionSlot,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        // Every handshake on the connection (TLS, an HTTP upgrade, the protocol's first
+        // message) must be done this long after the accept.
+        let deadline = crate::clock::now() + self.ctx.connect_timeout;
         if self.tls.is_none() && self.kind == ListenerKind::Mqtt {
-            let deadline = slot.deadline(self.ctx.connect_timeout);
             // The connection holds the slot: it may outlive this task (parked).
             // Its socket may wait outside tokio's reactor while it is parked.
             let stream = crate::park::ParkableTcp::new(stream);
@@ -114,11 +116,11 @@ impl Endpoint {
         let endpoint = self.clone();
         let boxed: BoxedConnection = Box::pin(async move {
             match &endpoint.tls {
-                None => endpoint.serve_stream(stream, peer, None, slot).await,
+                None => endpoint.serve_stream(stream, peer, None, slot, deadline).await,
                 Some(acceptor) => match acceptor.accept(stream, endpoint.ctx.connect_timeout).await {
                     Ok((stream, info)) => {
                         tracing::debug!(listener = %endpoint.name, %peer, client_cn = ?info.common_name, "TLS handshake done");
-                        endpoint.serve_stream(stream, peer, Some(info), slot).await;
+                        endpoint.serve_stream(stream, peer, Some(info), slot, deadline).await;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                         let now = crate::clock::now();
@@ -136,14 +138,20 @@ impl Endpoint {
     }
 
     /// Serves a (decrypted) byte stream with the front end of this listener's kind.
-    async fn serve_stream<S>(&self, stream: S, peer: SocketAddr, tls: Option<TlsInfo>, slot: ConnectionSlot)
-    where
+    async fn serve_stream<S>(
+        &self,
+        stream: S,
+        peer: SocketAddr,
+        tls: Option<TlsInfo>,
+        slot: ConnectionSlot,
+        deadline: std::time::Instant,
+    ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         match &self.router {
             Some(router) => {
                 let connection =
-                    HttpConnection { peer, listener: self.name.clone(), tls, slot: Arc::new(slot) };
+                    HttpConnection { peer, listener: self.name.clone(), tls, slot: Arc::new(slot), deadline };
                 http::serve(stream, connection, router.clone(), &self.ctx).await;
             }
             None if self.kind == ListenerKind::RelayTcp => {
@@ -151,7 +159,6 @@ impl Endpoint {
                 drop(slot);
             }
             None => {
-                let deadline = slot.deadline(self.ctx.connect_timeout);
                 mqtt::serve(stream, peer, self.name.clone(), tls, self.ctx.clone(), deadline, Some(slot))
                     .await;
             }

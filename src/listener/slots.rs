@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -16,14 +15,13 @@ pub(crate) struct Connections {
 }
 
 /// Held by each connection task (and by a WebSocket that outlives its HTTP exchange); the count
-/// drops with it, and so does its address's count (`limits.max_connections_per_ip`).
+/// drops with it, and so does its address's count (`limits.max_connections_per_ip`). A parked
+/// MQTT connection keeps it for its whole life, so it holds nothing else (the handshake
+/// deadline travels beside it, see [`super::Endpoint`]).
 #[derive(Debug)]
 pub(crate) struct ConnectionSlot {
     connections: Arc<Connections>,
     ip: Option<IpSlot>,
-    /// When the connection was accepted: every handshake on it (TLS, HTTP upgrade, the
-    /// protocol's first message) must be done by this plus `limits.connect_timeout_ms`.
-    opened: Instant,
 }
 
 impl Connections {
@@ -36,11 +34,7 @@ impl Connections {
             }
             match self.open.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
-                    return Some(ConnectionSlot {
-                        connections: self.clone(),
-                        ip: None,
-                        opened: crate::clock::now(),
-                    });
+                    return Some(ConnectionSlot { connections: self.clone(), ip: None });
                 }
                 Err(actual) => n = actual,
             }
@@ -63,11 +57,6 @@ impl ConnectionSlot {
     pub(crate) fn with_ip(mut self, ip: IpSlot) -> Self {
         self.ip = Some(ip);
         self
-    }
-
-    /// When the handshakes on this connection must be done: `timeout` after it was accepted.
-    pub(crate) fn deadline(&self, timeout: Duration) -> Instant {
-        self.opened + timeout
     }
 }
 

@@ -330,7 +330,6 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
             version,
             session: admitted.session,
             generation: admitted.generation,
-            client_id,
             username,
             identity,
             acl,

@@ -115,8 +115,7 @@ pub(crate) async fn route(
     // A frame carries at most one MQTT packet's worth, plus framing slack.
     let limits = ws::Limits { protocol: Some(protocol), max_message: ctx.mqtt.max_packet_size as usize + 16 };
     ws::accept(req, limits, move |socket| async move {
-        let HttpConnection { peer, listener, tls, slot } = connection;
-        let deadline = slot.deadline(ctx.connect_timeout);
+        let HttpConnection { peer, listener, tls, slot, deadline } = connection;
         super::serve(WsByteStream::new(socket), peer, listener, tls, ctx, deadline, None).await;
         drop(slot);
     })

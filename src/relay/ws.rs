@@ -273,7 +273,7 @@ pub(crate) async fn route(
 ) -> Response<Body> {
     let bearer = bearer(&req);
     ws::accept_upgraded(req, None, move |socket| async move {
-        let HttpConnection { peer, listener, tls, slot } = connection;
+        let HttpConnection { peer, listener, tls, slot, .. } = connection;
         let transport = if tls.is_some() { "wss" } else { "ws" };
         let span = tracing::info_span!("relay", %peer, listener = %listener, transport);
         let settings = ctx.relay.settings();

@@ -23,11 +23,13 @@
 //! - `timers`: delayed wills, session expiry, the retained sweep, [`Broker::tick`].
 //! - `restore`: bringing back stored sessions, retained messages and wills at start-up.
 //! - `stats`: the counters.
+//! - `session_table`: the sessions by key, one pointer each.
 
 mod admit;
 mod identity;
 mod publish;
 mod restore;
+mod session_table;
 mod stats;
 mod subscribe;
 #[cfg(test)]
@@ -45,6 +47,7 @@ pub use self::admit::{Admission, AdmitError, Admitted, ClientLock, OnConflict};
 pub use self::identity::IdentityUpdate;
 pub use self::publish::{Forward, PublishPermit, PublishRefused, is_reserved_topic};
 pub use self::restore::RestoredSession;
+use self::session_table::SessionTable;
 pub use self::stats::{DropReason, Stats, TRAFFIC_PROTOCOLS, Traffic};
 pub use self::subscribe::SubscribeRefused;
 use self::timers::Timers;
@@ -82,7 +85,7 @@ pub struct Broker {
     budget: Arc<QueueBudget>,
     router: Router,
     retained: RetainedStore,
-    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    sessions: Mutex<SessionTable>,
     connect_locks: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<()>>>>,
     timers: Mutex<Timers>,
     timers_changed: Notify,
@@ -107,7 +110,7 @@ impl Broker {
             budget: Arc::new(QueueBudget::new(limits.budget)),
             router: Router::new(),
             retained: RetainedStore::new(),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(SessionTable::default()),
             connect_locks: Mutex::new(HashMap::new()),
             timers: Mutex::new(Timers::default()),
             timers_changed: Notify::new(),
@@ -253,7 +256,7 @@ impl Broker {
         if expiry != SessionExpiry::OnDisconnect {
             session.set_journal(self.journal().cloned(), true);
         }
-        lock(&self.sessions).insert(key.clone(), session.clone());
+        lock(&self.sessions).insert(session.clone());
         OpenedSession { session, present: false }
     }
 
@@ -386,11 +389,7 @@ impl Broker {
                 let _ = self.router.redispatch(d, session.id());
             }
         }
-        let mut sessions = lock(&self.sessions);
-        if sessions.get(session.key()).is_some_and(|s| Arc::ptr_eq(s, session)) {
-            sessions.remove(session.key());
-        }
-        drop(sessions);
+        lock(&self.sessions).remove(session);
         self.unschedule_expiry(session);
     }
 }

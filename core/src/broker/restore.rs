@@ -62,7 +62,7 @@ impl Broker {
             self.router.subscribe(&session, &filter, options);
             session.add_subscription(Arc::from(filter.as_str()), SubscriptionRecord { filter, options });
         }
-        lock(&self.sessions).insert(stored.key, session.clone());
+        lock(&self.sessions).insert(session.clone());
         match stored.expiry {
             SessionExpiry::After(keep) => self.schedule_expiry(&session, stored.disconnected_at + keep),
             SessionExpiry::OnDisconnect => self.schedule_expiry(&session, now),

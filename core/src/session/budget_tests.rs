@@ -179,7 +179,7 @@ proptest! {
                 .map(|s| {
                     let st = s.state();
                     let queued: usize = st.mailbox.iter().map(|q| q.delivery.weight()).sum();
-                    let flying: usize = st.outbound.in_send_order().iter().map(|(_, f)| f.delivery.weight()).sum();
+                    let flying: usize = st.outbound().in_send_order().iter().map(|(_, f)| f.delivery.weight()).sum();
                     (queued + flying) as u64
                 })
                 .sum();

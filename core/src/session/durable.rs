@@ -54,7 +54,7 @@ impl Session {
                 options: r.options,
             });
         }
-        for (packet_id, f) in s.outbound.in_send_order() {
+        for (packet_id, f) in s.outbound().in_send_order() {
             let entry = f.entry;
             picture.push(Change::Queued {
                 client_id: client_id.clone(),
@@ -73,7 +73,7 @@ impl Session {
                 delivery: q.delivery.clone(),
             });
         }
-        for (packet_id, digest) in s.inbound.iter() {
+        for (packet_id, digest) in s.inbound().iter() {
             picture.push(Change::IncomingQos2 { client_id: client_id.clone(), packet_id, digest });
         }
         for change in picture {
@@ -103,11 +103,13 @@ impl Session {
             for RestoredEntry { entry, delivery, inflight } in entries {
                 s.next_entry = s.next_entry.max(entry + 1);
                 match inflight {
-                    Some((packet_id, state)) => s.outbound.insert(packet_id, delivery, state, entry),
+                    Some((packet_id, state)) => s.outbound_mut().insert(packet_id, delivery, state, entry),
                     None => s.mailbox.push(Queued { entry, delivery }),
                 }
             }
-            s.inbound = Inbound::restore(incoming_qos2);
+            if !incoming_qos2.is_empty() {
+                *s.inbound_mut() = Inbound::restore(incoming_qos2);
+            }
         }
         session
     }

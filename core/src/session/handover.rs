@@ -18,7 +18,7 @@ impl Session {
     pub fn handover_entries(&self) -> HandedState {
         let s = self.state();
         let mut entries = Vec::new();
-        for (packet_id, f) in s.outbound.in_send_order() {
+        for (packet_id, f) in s.outbound().in_send_order() {
             entries.push(RestoredEntry {
                 entry: f.entry,
                 delivery: f.delivery.clone(),
@@ -28,7 +28,7 @@ impl Session {
         for q in s.mailbox.iter() {
             entries.push(RestoredEntry { entry: q.entry, delivery: q.delivery.clone(), inflight: None });
         }
-        (entries, s.inbound.iter().collect())
+        (entries, s.inbound().iter().collect())
     }
 
     /// Takes in what another node's copy of this session handed over: into a session just
@@ -53,7 +53,7 @@ impl Session {
                     if state == OutboundState::AwaitPubComp {
                         s.record(|| Change::Released { client_id: client_id.clone(), entry });
                     }
-                    s.outbound.insert(packet_id, delivery, state, entry);
+                    s.outbound_mut().insert(packet_id, delivery, state, entry);
                 }
                 None => s.mailbox.push(Queued { entry, delivery }),
             }
@@ -61,6 +61,8 @@ impl Session {
         for &(packet_id, digest) in &incoming_qos2 {
             s.record(|| Change::IncomingQos2 { client_id: client_id.clone(), packet_id, digest });
         }
-        s.inbound = Inbound::restore(incoming_qos2);
+        if !incoming_qos2.is_empty() {
+            *s.inbound_mut() = Inbound::restore(incoming_qos2);
+        }
     }
 }

@@ -22,7 +22,7 @@ struct Pending {
 }
 
 /// The pending ids of one session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Inbound {
     // A B-tree rather than a hash map: empty, it takes half the space, and every idle
     // connection has a session.
@@ -31,7 +31,16 @@ pub(super) struct Inbound {
     live: usize,
 }
 
+impl Default for Inbound {
+    fn default() -> Self {
+        Inbound::EMPTY
+    }
+}
+
 impl Inbound {
+    /// No pending id.
+    pub(super) const EMPTY: Inbound = Inbound { pending: BTreeMap::new(), live: 0 };
+
     /// Ids restored from disk: none is live until the client resends it.
     pub(super) fn restore(ids: Vec<(u16, Option<u64>)>) -> Self {
         let pending = ids.into_iter().map(|(id, digest)| (id, Pending { digest, live: false })).collect();
@@ -89,7 +98,7 @@ impl Session {
         window: Option<usize>,
     ) -> IncomingQos2 {
         let mut s = self.state();
-        let inbound = &mut s.inbound;
+        let inbound = s.inbound_mut();
         let known = inbound.pending.get(&packet_id).copied();
         if let Some(known) = known {
             if known.digest.map_or(dup, |d| d == digest) {
@@ -119,7 +128,7 @@ impl Session {
 
     /// How many incoming QoS 2 messages await PUBREL, stale ones included.
     pub fn incoming_qos2_len(&self) -> usize {
-        self.state().inbound.pending.len()
+        self.state().inbound().pending.len()
     }
 
     /// Handles a PUBREL; returns whether the id was known, and the journal sequence number
@@ -127,9 +136,10 @@ impl Session {
     /// must be on disk first, or a restart would take the new message for a duplicate).
     pub fn pubrel(&self, packet_id: u16) -> (bool, Option<u64>) {
         let mut s = self.state();
-        match s.inbound.pending.remove(&packet_id) {
+        let Some(inbound) = s.acks.as_deref_mut().map(|a| &mut a.inbound) else { return (false, None) };
+        match inbound.pending.remove(&packet_id) {
             None => return (false, None),
-            Some(p) if p.live => s.inbound.live -= 1,
+            Some(p) if p.live => inbound.live -= 1,
             Some(_) => {}
         }
         let seq = s.record(|| Change::IncomingQos2 {

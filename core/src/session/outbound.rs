@@ -49,11 +49,15 @@ pub(super) struct Outbound {
 
 impl Default for Outbound {
     fn default() -> Self {
-        Outbound { window: VecDeque::new(), bytes: 0, send_seq: 0, next_packet_id: 1 }
+        Outbound::EMPTY
     }
 }
 
 impl Outbound {
+    /// Nothing in flight; the first packet id is 1.
+    pub(super) const EMPTY: Outbound =
+        Outbound { window: VecDeque::new(), bytes: 0, send_seq: 0, next_packet_id: 1 };
+
     pub(super) fn len(&self) -> usize {
         self.window.len()
     }
@@ -173,7 +177,9 @@ pub struct DrainStats {
 impl State {
     /// Ends an in-flight message (acknowledged or discarded).
     fn finish(&mut self, client_id: &Arc<str>, packet_id: u16) -> bool {
-        let Some(f) = self.outbound.remove(packet_id) else { return false };
+        let Some(f) = self.acks.as_deref_mut().and_then(|a| a.outbound.remove(packet_id)) else {
+            return false;
+        };
         self.record(|| Change::Done { client_id: client_id.clone(), entry: f.entry });
         true
     }
@@ -197,7 +203,7 @@ impl Session {
     ) -> DrainStats {
         let mut s = self.state();
         let mut stats = DrainStats::default();
-        if s.connection != Some(generation) {
+        if !s.attached(generation) {
             return stats;
         }
         match &s.waker {
@@ -208,7 +214,7 @@ impl Session {
         while stats.taken < max_batch {
             let Some(front) = s.mailbox.front() else { break };
             if front.delivery.qos != QoS::AtMostOnce
-                && !s.outbound.has_room(window, front.delivery.weight(), max_bytes)
+                && !s.outbound().has_room(window, front.delivery.weight(), max_bytes)
             {
                 break;
             }
@@ -227,7 +233,7 @@ impl Session {
                 out.push(Outgoing::Publish { delivery, packet_id: None, dup: false });
                 continue;
             }
-            let packet_id = s.outbound.allocate_packet_id();
+            let packet_id = s.outbound_mut().allocate_packet_id();
             let state = if delivery.qos == QoS::AtLeastOnce {
                 OutboundState::AwaitPubAck
             } else {
@@ -240,11 +246,11 @@ impl Session {
             if delivery.qos == QoS::ExactlyOnce {
                 stats.gate = stats.gate.max(recorded);
             }
-            s.outbound.insert(packet_id, delivery.clone(), state, entry);
+            s.outbound_mut().insert(packet_id, delivery.clone(), state, entry);
             out.push(Outgoing::Publish { delivery, packet_id: Some(packet_id), dup: false });
         }
         stats.more = s.mailbox.front().is_some_and(|q| {
-            q.delivery.qos == QoS::AtMostOnce || s.outbound.has_room(window, q.delivery.weight(), max_bytes)
+            q.delivery.qos == QoS::AtMostOnce || s.outbound().has_room(window, q.delivery.weight(), max_bytes)
         });
         stats
     }
@@ -253,7 +259,7 @@ impl Session {
     /// PUBLISH with DUP for unacknowledged messages, PUBREL where PUBREC already came.
     pub fn resend_inflight(&self) -> Vec<Outgoing> {
         let s = self.state();
-        s.outbound
+        s.outbound()
             .in_send_order()
             .into_iter()
             .map(|(packet_id, f)| match f.state {
@@ -268,7 +274,7 @@ impl Session {
     /// Handles a PUBACK. Returns false if no QoS 1 message was in flight with that id.
     pub fn puback(&self, packet_id: u16) -> bool {
         let mut s = self.state();
-        match s.outbound.get(packet_id) {
+        match s.outbound().get(packet_id) {
             Some(f) if f.state == OutboundState::AwaitPubAck => s.finish(self.client_id(), packet_id),
             _ => false,
         }
@@ -279,7 +285,7 @@ impl Session {
     /// [`OutboundState::AwaitPubComp`] and the caller sends PUBREL; a refusal ends the exchange.
     pub fn pubrec(&self, packet_id: u16, refused: bool) -> PubRecOutcome {
         let mut s = self.state();
-        let entry = match s.outbound.get(packet_id) {
+        let entry = match s.outbound().get(packet_id) {
             Some(f) if f.state == OutboundState::AwaitPubRec => f.entry,
             // A repeated PUBREC: answer with PUBREL again.
             // (Its release is already journalled; output stays held behind the first PUBREL.)
@@ -292,7 +298,7 @@ impl Session {
             s.finish(self.client_id(), packet_id);
             return PubRecOutcome::Ended;
         }
-        if let Some(f) = s.outbound.get_mut(packet_id) {
+        if let Some(f) = s.outbound_mut().get_mut(packet_id) {
             f.state = OutboundState::AwaitPubComp;
         }
         let durable_seq = s.record(|| Change::Released { client_id: self.client_id().clone(), entry });
@@ -302,7 +308,7 @@ impl Session {
     /// Handles a PUBCOMP. Returns false if the id was not awaiting one.
     pub fn pubcomp(&self, packet_id: u16) -> bool {
         let mut s = self.state();
-        match s.outbound.get(packet_id) {
+        match s.outbound().get(packet_id) {
             Some(f) if f.state == OutboundState::AwaitPubComp => s.finish(self.client_id(), packet_id),
             _ => false,
         }
@@ -316,7 +322,7 @@ impl Session {
 
     /// How many QoS 1/2 messages are in flight to the client.
     pub fn inflight_len(&self) -> usize {
-        self.state().outbound.len()
+        self.state().outbound().len()
     }
 
     /// Takes out every delivery that came through a shared subscription and is not yet
@@ -328,13 +334,13 @@ impl Session {
         let mut done: Vec<u64> =
             queued.iter().filter(|q| q.delivery.qos != QoS::AtMostOnce).map(|q| q.entry).collect();
         let ids: Vec<u16> = s
-            .outbound
+            .outbound()
             .in_send_order()
             .into_iter()
             .filter(|(_, f)| f.delivery.shared.is_some() && f.state != OutboundState::AwaitPubComp)
             .map(|(id, _)| id)
             .collect();
-        let unacked: Vec<Inflight> = ids.into_iter().filter_map(|id| s.outbound.remove(id)).collect();
+        let unacked: Vec<Inflight> = ids.into_iter().filter_map(|id| s.outbound_mut().remove(id)).collect();
         done.extend(unacked.iter().map(|f| f.entry));
         for entry in done {
             s.record(|| Change::Done { client_id: self.client_id().clone(), entry });

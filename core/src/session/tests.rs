@@ -83,6 +83,43 @@ fn a_producer_that_can_wait_has_room_in_half_the_queue_only() {
     assert!(!by_bytes.has_room_to_spare_for(&d), "half the bytes: one of the two is queued");
 }
 
+/// Whether the session has made its acknowledgement state.
+fn has_acks(s: &Session) -> bool {
+    s.state().acks.is_some()
+}
+
+#[test]
+fn the_acknowledgement_state_is_made_only_by_a_qos1_or_qos2_exchange() {
+    let s = online(10);
+    // QoS 0 traffic, acknowledgements and releases of ids never sent, reconnects, a journal
+    // picture, a handover: none of it needs the state.
+    s.enqueue(delivery("t", QoS::AtMostOnce), false);
+    assert_eq!(ids(&drain_all(&s, 4)), vec![None]);
+    assert!(!s.puback(1) && !s.pubcomp(1) && !s.discard_inflight(1));
+    assert_eq!(s.pubrec(1, false), PubRecOutcome::Unknown);
+    assert_eq!(s.pubrel(1), (false, None));
+    assert!(s.resend_inflight().is_empty() && s.take_shared_unacked().is_empty());
+    assert!(s.detach(1, Instant::now()));
+    s.attach(2, Acl::unrestricted(), SessionExpiry::Never);
+    let (entries, incoming) = s.handover_entries();
+    assert!(entries.is_empty() && incoming.is_empty());
+    assert_eq!((s.inflight_len(), s.incoming_qos2_len(), s.has_pending()), (0, 0, false));
+    assert!(!has_acks(&s));
+
+    // The first QoS 1 delivery makes it, and it then works as before.
+    s.enqueue(delivery("t", QoS::AtLeastOnce), false);
+    assert_eq!(ids(&drain_as(&s, 2, 4)), vec![Some(1)]);
+    assert!(has_acks(&s));
+    assert!(s.puback(1));
+    assert_eq!(s.inflight_len(), 0);
+
+    // So does the first incoming QoS 2 message, on a session of its own.
+    let r = online(10);
+    assert!(matches!(r.incoming_qos2(7, 42, false, None), IncomingQos2::New { .. }));
+    assert!(has_acks(&r));
+    assert_eq!(r.pubrel(7), (true, None));
+}
+
 #[test]
 fn overflow_drops_the_oldest_qos0_first_then_refuses() {
     let s = online(3);

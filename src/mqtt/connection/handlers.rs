@@ -194,7 +194,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             || self.accept_qos2(packet_id, digest(topic.as_str(), &p.payload), p.dup)?;
         let mut reason = ReasonCode::Success;
         if first_time {
-            let origin = Origin::client(Some(self.core.session.id()), self.core.client_id.clone());
+            let origin = Origin::client(Some(self.core.session.id()), self.core.session.client_id().clone());
             let mut message = Message::new(topic, p.payload, p.qos, p.retain, origin);
             if v5 {
                 message.properties = MessageProperties::from(&p.properties);

@@ -62,7 +62,6 @@ pub(crate) struct Accepted {
     pub(crate) version: ProtocolVersion,
     pub(crate) session: Arc<Session>,
     pub(crate) generation: u64,
-    pub(crate) client_id: Arc<str>,
     /// The identity's username, shared with the session's client record.
     pub(crate) username: Option<Arc<str>>,
     pub(crate) identity: Identity,
@@ -153,12 +152,13 @@ pub(crate) struct Core<S> {
     ctx: Arc<ServerContext>,
     session: Arc<Session>,
     generation: u64,
-    client_id: Arc<str>,
     username: Option<Arc<str>>,
     acl: Acl,
     identity_change: Option<IdentityChange>,
     identity_expires: Option<Instant>,
-    keep_alive: Option<Duration>,
+    /// The keep-alive in seconds as negotiated, 0 for none: 2 bytes, where an `Option<Duration>`
+    /// would take 16 in every idle connection ([`Core::keep_alive`] is the deadline's span).
+    keep_alive_s: u16,
     last_received: Instant,
     /// The listener's slot (connection counts), held until the connection ends.
     slot: Option<crate::listener::ConnectionSlot>,
@@ -240,12 +240,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             version: a.version,
             session: a.session,
             generation: a.generation,
-            client_id: a.client_id,
             username: a.username,
             acl: a.acl,
             identity_change,
             identity_expires: a.identity_expires,
-            keep_alive: (!a.keep_alive.is_zero()).then(|| a.keep_alive + a.keep_alive / 2),
+            keep_alive_s: u16::try_from(a.keep_alive.as_secs()).unwrap_or(u16::MAX),
             last_received: crate::clock::now(),
             slot: None,
             span: (!span.is_disabled()).then(|| Box::new(span)),

@@ -4,7 +4,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use mesgd_core::broker::{DropReason, IdentityUpdate, Stats};
@@ -21,9 +21,16 @@ const READ_CHUNK: usize = 8 * 1024;
 const DRAIN_BATCH: usize = 256;
 
 impl<S> Core<S> {
+    /// How long the client may stay silent: one and a half keep-alive periods (MQTT-3.1.2-24),
+    /// or no limit for a keep-alive of 0.
+    pub(super) fn keep_alive(&self) -> Option<Duration> {
+        let period = Duration::from_secs(self.keep_alive_s.into());
+        (self.keep_alive_s != 0).then(|| period + period / 2)
+    }
+
     /// The next keep-alive or credential-expiry deadline.
     pub(super) fn deadline(&self) -> Option<Instant> {
-        let keep_alive = self.keep_alive.map(|ka| self.last_received + ka);
+        let keep_alive = self.keep_alive().map(|ka| self.last_received + ka);
         [keep_alive, self.identity_expires].into_iter().flatten().min()
     }
 }
@@ -182,7 +189,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 // Not reading is the broker's doing: the client is not late.
                 self.core.last_received = now;
             }
-            if self.core.keep_alive.is_some_and(|ka| self.core.last_received + ka <= now) {
+            if self.core.keep_alive().is_some_and(|ka| self.core.last_received + ka <= now) {
                 return Some(End::KeepAliveTimeout);
             }
             if self.park_idle.is_some_and(|idle| self.last_active + idle <= now) {
