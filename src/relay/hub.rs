@@ -7,6 +7,10 @@
 //! admitted clients to their [`Outbox`], so a direct send is one lookup and one write into the
 //! recipient's queue.
 //!
+//! With `[cluster]`, what crosses nodes goes through the `cluster` seam, and the cluster layer
+//! reaches this node's clients through the methods of the submodules: `remote_pipes` (the ends
+//! of pipes whose other end is on another node).
+//!
 //! # Locks
 //!
 //! Each structure has its own lock, held for the few hundred nanoseconds of a lookup or an
@@ -35,9 +39,12 @@ use mesgd_core::relay::{
 };
 use mesgd_core::sync::lock;
 
+use self::remote_pipes::PipeEnd;
 use super::config::Settings;
 use super::outbox::{Outbox, PushError};
 use super::stats::{RelayStats, Sizes};
+
+mod remote_pipes;
 
 /// A client in the rooms, pipes and matchmaking tables: its outbox, compared by identity.
 #[derive(Clone, Debug)]
@@ -112,7 +119,8 @@ pub struct Hub {
     directory: RwLock<HashMap<Arc<str>, Arc<Outbox>>>,
     store: Mutex<Store>,
     rooms: Mutex<Rooms<Link>>,
-    pipes: Mutex<Pipes<Link>>,
+    /// Pipes with an end here (with `[cluster]`, the other end may be on another node).
+    pipes: Mutex<Pipes<PipeEnd>>,
     matches: Mutex<Matchmaker<Link>>,
     transports: RwLock<Vec<(String, u16)>>,
     turn: OnceLock<TurnConfig>,
@@ -357,9 +365,22 @@ impl Hub {
             }
         }
         lock(&self.matches).disconnect(&link);
-        let closed = lock(&self.pipes).disconnect(&link);
+        let closed = lock(&self.pipes).disconnect(&PipeEnd::Local(link));
         for (pipe_id, other) in closed {
-            self.push(&other.0, &ServerMessage::PipeClosed { pipe_id: &pipe_id });
+            self.tell_closed(&other, &pipe_id, addr);
+        }
+    }
+
+    /// Tells the other end of `pipe_id`, closed by this node's end `me`: `pipe_closed` to a
+    /// client here, or to its node.
+    fn tell_closed(&self, other: &PipeEnd, pipe_id: &Arc<str>, me: &Arc<str>) {
+        match other {
+            PipeEnd::Local(link) => self.push(&link.0, &ServerMessage::PipeClosed { pipe_id }),
+            PipeEnd::Remote(far) => {
+                if let (Some(cluster), Some(route)) = (self.cluster.get(), far.route(pipe_id, me)) {
+                    cluster.pipe_closed(&route);
+                }
+            }
         }
     }
 
@@ -517,15 +538,21 @@ impl Hub {
     // ------------------------------------------------------------------ pipes
 
     /// Opens a pipe from `me` to the client holding `to`: `pipe_open` to the opener,
-    /// `pipe_incoming` to the peer.
+    /// `pipe_incoming` to the peer. With `[cluster]`, a peer held on another node is asked
+    /// there, and the opener is told when it answers.
     pub(crate) fn open_pipe(&self, me: &Arc<Outbox>, to: &str) -> Result<(), RelayError> {
         let mine = me.addr().cloned().unwrap_or_else(|| Arc::from(""));
         if *mine == *to {
             return Err(RelayError::PipeToSelf);
         }
-        let peer = self.lookup(to).ok_or(RelayError::PeerNotConnected)?;
+        let Some(peer) = self.lookup(to) else {
+            return match self.cluster.get() {
+                Some(cluster) => self.open_remote_pipe(cluster, me, &mine, to),
+                None => Err(RelayError::PeerNotConnected),
+            };
+        };
         let mut pipes = lock(&self.pipes);
-        let id = pipes.open(&Link(me.clone()), &Link(peer.clone()))?;
+        let id = pipes.open(&PipeEnd::Local(Link(me.clone())), &PipeEnd::Local(Link(peer.clone())))?;
         self.push(me, &ServerMessage::PipeOpen { pipe_id: &id, peer: to });
         self.push(&peer, &ServerMessage::PipeIncoming { pipe_id: &id, peer: &mine });
         Ok(())
@@ -538,7 +565,14 @@ impl Hub {
         data: &mesgd_core::relay::client::PipeData<'_>,
     ) -> Result<(), RelayError> {
         let pipes = lock(&self.pipes);
-        let other = pipes.other_end(&Link(me.clone()), &data.pipe_id)?;
+        let other = match pipes.other_end(&PipeEnd::Local(Link(me.clone())), &data.pipe_id)? {
+            PipeEnd::Local(other) => other,
+            PipeEnd::Remote(far) => {
+                let far = far.clone();
+                drop(pipes);
+                return self.pipe_data_remote(me, &far, data);
+            }
+        };
         match other.0.push_with(|b| data.forward().encode(b)) {
             Ok(()) => Ok(()),
             Err(PushError::TooLarge) => {
@@ -555,9 +589,9 @@ impl Hub {
     /// Closes a pipe at `me`'s request; the other end is told (nothing happens for a pipe `me`
     /// is not an end of).
     pub(crate) fn close_pipe(&self, me: &Arc<Outbox>, pipe_id: &str) {
-        let other = lock(&self.pipes).close(&Link(me.clone()), pipe_id);
-        if let Some(other) = other {
-            self.push(&other.0, &ServerMessage::PipeClosed { pipe_id });
+        let other = lock(&self.pipes).close(&PipeEnd::Local(Link(me.clone())), pipe_id);
+        if let (Some(other), Some(mine)) = (other, me.addr()) {
+            self.tell_closed(&other, &Arc::from(pipe_id), mine);
         }
     }
 
