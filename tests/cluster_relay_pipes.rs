@@ -7,37 +7,12 @@ mod common;
 #[allow(unreachable_pub, dead_code)]
 mod daemon;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::nats::{NatsServer, cluster, node};
+use common::TestServer;
+use common::nats::{NatsServer, node, relay_counted, relay_stat};
 use common::relay::{Client, Kind, LISTENERS};
-use common::{TestServer, within};
-use mesgd_cluster::RelayClusterStats;
 use serde_json::{Value, json};
-
-fn stat(server: &TestServer, pick: fn(&RelayClusterStats) -> &AtomicU64) -> u64 {
-    pick(&cluster(server).stats().relay).load(Ordering::Relaxed)
-}
-
-/// Waits until a counter is `want` (a node counts a frame just after handing it on, so the
-/// client may see it first), then checks that it stays there for a yield.
-async fn counted(server: &TestServer, what: &str, pick: fn(&RelayClusterStats) -> &AtomicU64, want: u64) {
-    within(what, async {
-        while stat(server, pick) < want {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    tokio::task::yield_now().await;
-    assert_eq!(stat(server, pick), want, "{what}");
-}
-
-async fn client(server: &TestServer, kind: Kind, addr: &str) -> Client {
-    let mut client = Client::connect(server, kind).await;
-    client.register(addr).await;
-    client
-}
 
 /// `opener` opens a pipe to `peer`, whose client is `incoming`: the opener gets `pipe_open`, the
 /// peer `pipe_incoming` with the same id. Returns the id.
@@ -58,8 +33,8 @@ async fn a_pipe_between_two_nodes_carries_data_both_ways_in_order_and_closes_fro
     let nats = NatsServer::start().await;
     let a = node(&nats, "a", LISTENERS).await;
     let b = node(&nats, "b", LISTENERS).await;
-    let mut alice = client(&a, Kind::Tcp, "alice").await;
-    let mut bob = client(&b, Kind::Ws, "bob").await;
+    let mut alice = Client::registered(&a, Kind::Tcp, "alice").await;
+    let mut bob = Client::registered(&b, Kind::Ws, "bob").await;
     let id = open(&mut alice, "alice", &mut bob, "bob").await;
 
     // Verbatim, in order, both ways, the members in the sender's order.
@@ -84,8 +59,8 @@ async fn a_pipe_between_two_nodes_carries_data_both_ways_in_order_and_closes_fro
     }
 
     // Nobody else can use the pipe, on either node.
-    let mut carol = client(&a, Kind::Tcp, "carol").await;
-    let mut dave = client(&b, Kind::Tcp, "dave").await;
+    let mut carol = Client::registered(&a, Kind::Tcp, "carol").await;
+    let mut dave = Client::registered(&b, Kind::Tcp, "dave").await;
     for third in [&mut carol, &mut dave] {
         third.send(json!({"t": "pipe_data", "pipe_id": id, "x": 1})).await;
         third.expect_error("unknown pipe").await;
@@ -107,18 +82,18 @@ async fn a_pipe_between_two_nodes_carries_data_both_ways_in_order_and_closes_fro
     dave.close().await;
     assert_eq!(carol.expect("pipe_closed").await["pipe_id"], json!(id2));
 
-    assert_eq!((stat(&a, |s| &s.pipes_opened), stat(&b, |s| &s.pipes_opened)), (1, 1));
-    assert_eq!((stat(&a, |s| &s.pipes_accepted), stat(&b, |s| &s.pipes_accepted)), (1, 1));
-    counted(&a, "alice's data sent", |s| &s.pipe_data_sent, N).await;
-    counted(&b, "alice's data received", |s| &s.pipe_data_received, N).await;
-    counted(&b, "bob's and dave's data sent", |s| &s.pipe_data_sent, N + 1).await;
-    counted(&a, "bob's and dave's data received", |s| &s.pipe_data_received, N + 1).await;
-    counted(&b, "bob's close and dave's disconnect sent", |s| &s.pipe_closes_sent, 2).await;
-    counted(&a, "the two closes received", |s| &s.pipe_closes_received, 2).await;
+    assert_eq!((relay_stat(&a, |s| &s.pipes_opened), relay_stat(&b, |s| &s.pipes_opened)), (1, 1));
+    assert_eq!((relay_stat(&a, |s| &s.pipes_accepted), relay_stat(&b, |s| &s.pipes_accepted)), (1, 1));
+    relay_counted(&a, "alice's data sent", |s| &s.pipe_data_sent, N).await;
+    relay_counted(&b, "alice's data received", |s| &s.pipe_data_received, N).await;
+    relay_counted(&b, "bob's and dave's data sent", |s| &s.pipe_data_sent, N + 1).await;
+    relay_counted(&a, "bob's and dave's data received", |s| &s.pipe_data_received, N + 1).await;
+    relay_counted(&b, "bob's close and dave's disconnect sent", |s| &s.pipe_closes_sent, 2).await;
+    relay_counted(&a, "the two closes received", |s| &s.pipe_closes_received, 2).await;
     for n in [&a, &b] {
-        assert_eq!(stat(n, |s| &s.pipe_data_unknown), 0);
-        assert_eq!(stat(n, |s| &s.pipe_open_failures), 0);
-        assert_eq!(stat(n, |s| &s.decode_errors), 0);
+        assert_eq!(relay_stat(n, |s| &s.pipe_data_unknown), 0);
+        assert_eq!(relay_stat(n, |s| &s.pipe_open_failures), 0);
+        assert_eq!(relay_stat(n, |s| &s.decode_errors), 0);
     }
 }
 
@@ -127,8 +102,8 @@ async fn data_the_peer_sends_at_once_reaches_the_opener_after_pipe_open() {
     let nats = NatsServer::start().await;
     let a = node(&nats, "a", LISTENERS).await;
     let b = node(&nats, "b", LISTENERS).await;
-    let mut alice = client(&a, Kind::Ws, "alice").await;
-    let mut bob = client(&b, Kind::Tcp, "bob").await;
+    let mut alice = Client::registered(&a, Kind::Ws, "alice").await;
+    let mut bob = Client::registered(&b, Kind::Tcp, "bob").await;
     for round in 0..20 {
         alice.send(json!({"t": "open_pipe", "to": "bob"})).await;
         let incoming = bob.expect("pipe_incoming").await;
@@ -140,7 +115,7 @@ async fn data_the_peer_sends_at_once_reaches_the_opener_after_pipe_open() {
         assert_eq!(alice.expect("pipe_data").await["round"], round);
         assert_eq!(alice.expect("pipe_closed").await["pipe_id"], json!(id));
     }
-    counted(&a, "the twenty opens", |s| &s.pipes_opened, 20).await;
+    relay_counted(&a, "the twenty opens", |s| &s.pipes_opened, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,34 +124,34 @@ async fn an_address_held_nowhere_is_not_connected_and_the_pipe_caps_hold_across_
     let a = node(&nats, "a", &format!("{LISTENERS}[relay]\nmax_pipes_per_connection = 2\n")).await;
     let b =
         node(&nats, "b", &format!("{LISTENERS}[relay]\nmax_pipes_per_connection = 1\nmax_pipes = 2\n")).await;
-    let mut x = client(&a, Kind::Tcp, "x").await;
+    let mut x = Client::registered(&a, Kind::Tcp, "x").await;
     x.send(json!({"t": "open_pipe", "to": "nobody"})).await;
     x.expect_error("peer not connected").await;
     x.send(json!({"t": "open_pipe", "to": "x"})).await;
     x.expect_error("cannot open a pipe to yourself").await;
-    counted(&a, "the open to nobody", |s| &s.pipe_opens_refused, 1).await;
+    relay_counted(&a, "the open to nobody", |s| &s.pipe_opens_refused, 1).await;
 
     // On the peer's node: one pipe per connection there, two in all.
-    let mut bob1 = client(&b, Kind::Tcp, "bob1").await;
-    let mut bob2 = client(&b, Kind::Ws, "bob2").await;
-    let _bob3 = client(&b, Kind::Tcp, "bob3").await;
-    let mut y = client(&a, Kind::Ws, "y").await;
+    let mut bob1 = Client::registered(&b, Kind::Tcp, "bob1").await;
+    let mut bob2 = Client::registered(&b, Kind::Ws, "bob2").await;
+    let _bob3 = Client::registered(&b, Kind::Tcp, "bob3").await;
+    let mut y = Client::registered(&a, Kind::Ws, "y").await;
     open(&mut x, "x", &mut bob1, "bob1").await;
     y.send(json!({"t": "open_pipe", "to": "bob1"})).await;
     y.expect_error("limit reached: pipes per connection").await;
     open(&mut y, "y", &mut bob2, "bob2").await;
-    let mut z = client(&a, Kind::Tcp, "z").await;
+    let mut z = Client::registered(&a, Kind::Tcp, "z").await;
     z.send(json!({"t": "open_pipe", "to": "bob3"})).await;
     z.expect_error("limit reached: pipes").await;
 
     // On the opener's node: x may be an end of two, whatever node the peers are on.
-    let _bob4 = client(&b, Kind::Tcp, "bob4").await;
-    let mut w = client(&a, Kind::Tcp, "w").await;
+    let _bob4 = Client::registered(&b, Kind::Tcp, "bob4").await;
+    let mut w = Client::registered(&a, Kind::Tcp, "w").await;
     open(&mut x, "x", &mut w, "w").await;
     x.send(json!({"t": "open_pipe", "to": "bob4"})).await;
     x.expect_error("limit reached: pipes per connection").await;
-    counted(&a, "nobody, bob1's cap, b's cap", |s| &s.pipe_opens_refused, 3).await;
-    assert_eq!(stat(&b, |s| &s.pipes_accepted), 2);
+    relay_counted(&a, "nobody, bob1's cap, b's cap", |s| &s.pipe_opens_refused, 3).await;
+    assert_eq!(relay_stat(&b, |s| &s.pipes_accepted), 2);
 }
 
 /// A pipe whose other end's node is killed (the real binary, SIGKILL) is closed on the
@@ -197,7 +172,7 @@ async fn a_pipe_to_a_node_that_dies_is_closed_within_the_lease_bound() {
     let mut d = daemon::Daemon::start(&config, &["mqtt", "relay-tcp", "relay-ws", "relay-udp"]).await;
     let mut bob = Client::connect_to(d.addr("relay-tcp"), Kind::Tcp, "/").await;
     bob.register("bob").await;
-    let mut alice = client(&a, Kind::Tcp, "alice").await;
+    let mut alice = Client::registered(&a, Kind::Tcp, "alice").await;
     let id = open(&mut alice, "alice", &mut bob, "bob").await;
     bob.send(json!({"t": "pipe_data", "pipe_id": id, "alive": true})).await;
     assert_eq!(alice.expect("pipe_data").await["alive"], true);
@@ -211,7 +186,7 @@ async fn a_pipe_to_a_node_that_dies_is_closed_within_the_lease_bound() {
     // takeover's round trips on a loaded machine.
     assert!(took < Duration::from_millis(LEASE_MS * 4 / 3) + Duration::from_secs(3), "{took:?}");
     eprintln!("the pipe to the killed node was closed {took:?} after the kill");
-    counted(&a, "the pipe closed for d's death", |s| &s.pipes_node_gone, 1).await;
+    relay_counted(&a, "the pipe closed for d's death", |s| &s.pipes_node_gone, 1).await;
     alice.send(json!({"t": "pipe_data", "pipe_id": id, "x": 1})).await;
     alice.expect_error("unknown pipe").await;
     // bob's record still names d, which no longer answers.

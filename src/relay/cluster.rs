@@ -6,7 +6,7 @@
 use std::sync::{Arc, Weak};
 
 use mesgd_core::cluster::relay::{IncomingPipe, LocalDelivery, LocalRelay, PipeDelivery, PipePeer};
-use mesgd_core::relay::RelayError;
+use mesgd_core::relay::{RelayError, ServerMessage};
 
 use super::outbox::PushError;
 use crate::context::ServerContext;
@@ -61,6 +61,29 @@ impl LocalRelay for LocalNode {
 
     fn pipes_gone(&self, gone: &dyn Fn(&str, Option<u64>) -> bool) -> usize {
         self.0.upgrade().map_or(0, |ctx| ctx.relay.pipes_gone(gone))
+    }
+
+    fn wait_here(&self, game: &str, who: &str, ticket: u64) -> Result<(), RelayError> {
+        let ctx = self.0.upgrade().ok_or(RelayError::PeerNotConnected)?;
+        ctx.relay.wait_here(game, who, ticket)
+    }
+
+    fn take_waiter(&self, game: &str, who: &str, ticket: u64) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.take_waiter(game, who, ticket))
+    }
+
+    fn pair_waiter(&self, game: &str, who: &str, ticket: u64, peer: &str) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.pair_waiter(game, who, ticket, peer))
+    }
+
+    fn tell_waiting(&self, game: &str, who: &str, ticket: u64) {
+        if let Some(ctx) = self.0.upgrade() {
+            ctx.relay.tell_waiting(game, who, ticket);
+        }
+    }
+
+    fn tell(&self, who: &str, ticket: u64, message: &ServerMessage<'_>) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.tell(who, ticket, message))
     }
 }
 

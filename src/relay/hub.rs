@@ -9,7 +9,8 @@
 //!
 //! With `[cluster]`, what crosses nodes goes through the `cluster` seam, and the cluster layer
 //! reaches this node's clients through the methods of the submodules: `remote_pipes` (the ends
-//! of pipes whose other end is on another node).
+//! of pipes whose other end is on another node) and `remote_matches` (this node's waiters,
+//! paired by the cluster).
 //!
 //! # Locks
 //!
@@ -44,6 +45,7 @@ use super::config::Settings;
 use super::outbox::{Outbox, PushError};
 use super::stats::{RelayStats, Sizes};
 
+mod remote_matches;
 mod remote_pipes;
 
 /// A client in the rooms, pipes and matchmaking tables: its outbox, compared by identity.
@@ -364,7 +366,16 @@ impl Hub {
                 }
             }
         }
-        lock(&self.matches).disconnect(&link);
+        let waited: Vec<Arc<str>> = {
+            let mut matches = lock(&self.matches);
+            let games = match self.cluster.get() {
+                Some(_) => matches.games_of(&link).cloned().collect(),
+                None => Vec::new(),
+            };
+            matches.disconnect(&link);
+            games
+        };
+        self.withdraw_waits(&link, &waited);
         let closed = lock(&self.pipes).disconnect(&PipeEnd::Local(link));
         for (pipe_id, other) in closed {
             self.tell_closed(&other, &pipe_id, addr);
@@ -664,10 +675,20 @@ impl Hub {
 
     // ------------------------------------------------------------------ matchmaking
 
-    /// Handles `me`'s `find_match`: `waiting` to it, or `matched` to both.
+    /// Handles `me`'s `find_match`: `waiting` to it, or `matched` to both. With `[cluster]`,
+    /// a caller not waiting in `game` here goes to the cluster, which pairs it with the game's
+    /// waiter on any node, or makes it that waiter.
     pub(crate) fn find_match(&self, me: &Arc<Outbox>, game: &str) -> Result<(), RelayError> {
         let link = Link(me.clone());
         let mut matches = lock(&self.matches);
+        if let Some(cluster) = self.cluster.get() {
+            if matches.games_of(&link).any(|g| **g == *game) {
+                self.push(me, &ServerMessage::Waiting { game });
+                return Ok(());
+            }
+            drop(matches);
+            return cluster.find_match(game, link.addr(), me.id());
+        }
         match matches.find_match(&link, game)? {
             MatchOutcome::Waiting => self.push(me, &ServerMessage::Waiting { game }),
             MatchOutcome::Matched { peer } => {
@@ -685,7 +706,10 @@ impl Hub {
 
     /// Takes `me` out of `game`'s queue.
     pub(crate) fn cancel_match(&self, me: &Arc<Outbox>, game: &str) {
-        lock(&self.matches).cancel(&Link(me.clone()), game);
+        let link = Link(me.clone());
+        if lock(&self.matches).cancel(&link, game) {
+            self.withdraw_waits(&link, &[Arc::from(game)]);
+        }
     }
 }
 

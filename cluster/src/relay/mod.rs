@@ -18,11 +18,15 @@
 //! - **Pipes** (`pipes`): a pipe whose ends are on two nodes is opened by a request to the
 //!   peer's node (`P`), then its data (`W`) and close (`C`) are published there in order,
 //!   without a reply; the ends of a node that died are closed when its lease is taken over.
+//! - **Matchmaking** (`matches`): one record per game in the bucket, naming the game's one
+//!   waiter; a caller becomes it by compare-and-swap, or takes it by deleting it at the
+//!   revision read (one delete wins) and has its node tell it (`M`).
 //! - `serve`: the requests other nodes send here.
 //!
 //! JetStream assets: one bucket and one stream whatever the number of clients, no consumer.
 
 mod claims;
+mod matches;
 mod pipes;
 mod queue;
 mod rooms;
@@ -88,6 +92,10 @@ struct Inner {
     rooms: RoomState,
     /// Pipe data and closes to other nodes, in order.
     pipe_frames: mpsc::Sender<pipes::PipeFrame>,
+    /// This node's `find_match`es and withdrawals, in order.
+    matches: mpsc::Sender<matches::MatchJob>,
+    /// The games' records this node wrote for its waiters.
+    waiters: matches::OwnWaiters,
 }
 
 /// Which rooms this node wants to receive, and how far its subscriptions have caught up.
@@ -122,6 +130,7 @@ impl RelayNode {
         let (sends, sends_rx) = mpsc::channel(setup.capacity);
         let (room_out, room_rx) = mpsc::channel(setup.capacity);
         let (pipe_frames, pipe_rx) = mpsc::channel(setup.capacity);
+        let (match_jobs, match_rx) = mpsc::channel(setup.capacity);
         let node = RelayNode {
             inner: Arc::new(Inner {
                 client,
@@ -147,6 +156,8 @@ impl RelayNode {
                     out: room_out,
                 },
                 pipe_frames,
+                matches: match_jobs,
+                waiters: matches::OwnWaiters::default(),
             }),
         };
         let serving = node.serve().await?;
@@ -155,7 +166,8 @@ impl RelayNode {
         let room_sending = tokio::spawn(node.clone().publish_rooms(room_rx));
         let pipe_sending = tokio::spawn(node.clone().publish_pipe_frames(pipe_rx));
         let dead_pipes = tokio::spawn(node.clone().follow_liveness());
-        Ok((node, vec![serving, sending, rooms, room_sending, pipe_sending, dead_pipes]))
+        let matching = tokio::spawn(node.clone().match_loop(match_rx));
+        Ok((node, vec![serving, sending, rooms, room_sending, pipe_sending, dead_pipes, matching]))
     }
 
     fn stats(&self) -> &RelayClusterStats {
@@ -280,5 +292,15 @@ impl RelayCluster for RelayNode {
 
     fn pipe_closed(&self, route: &PipeRoute) {
         self.close_remote(&route.pipe_id, &route.node, &route.me);
+    }
+
+    fn find_match(&self, game: &str, who: &str, ticket: u64) -> Result<(), RelayError> {
+        self.queue_match(matches::MatchJob::Find { game: game.to_owned(), who: who.to_owned(), ticket })
+    }
+
+    fn match_withdrawn(&self, game: &str, who: &str, ticket: u64) {
+        // A full queue leaves the record: the next caller finds the waiter gone.
+        let job = matches::MatchJob::Withdraw { game: game.to_owned(), who: who.to_owned(), ticket };
+        let _ = self.queue_match(job);
     }
 }

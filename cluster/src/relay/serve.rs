@@ -1,7 +1,7 @@
 //! The requests other nodes send to this node's relay subject `mesgd.relay.<node>`: deliver a
 //! frame to a client here (`D`), whether a client here holds an address (`H`), flush an
 //! address's cluster queue (`F`), open a pipe to a client here (`P`), data on a pipe (`W`) and
-//! its close (`C`). One task reads them in order, so each node's pipe frames reach the client
+//! its close (`C`), a waiter here paired by another node (`M`). One task reads them in order, so each node's pipe frames reach the client
 //! in the order sent.
 
 use async_nats::Subscriber;
@@ -63,6 +63,9 @@ impl RelayNode {
                 Ok(RelayRequest::PipeClose { from, pipe_id, node }) => {
                     self.pipe_close_here(&from, &pipe_id, &node);
                     None
+                }
+                Ok(RelayRequest::Matched { waiter, instance, ticket, game, peer }) => {
+                    Some(self.matched_here(&waiter, instance, ticket, &game, &peer))
                 }
                 Err(e) => {
                     RelayClusterStats::add(&self.stats().decode_errors, 1);

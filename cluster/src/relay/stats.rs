@@ -96,6 +96,25 @@ pub struct RelayClusterStats {
     pub pipe_queue_full: AtomicU64,
     /// Pipe frames NATS did not take.
     pub pipe_publish_errors: AtomicU64,
+    /// Clients here made a game's waiter (its record written in the bucket).
+    pub match_waiting: AtomicU64,
+    /// Pairs made here with a waiter of this node, through the bucket.
+    pub matched_here: AtomicU64,
+    /// Pairs made here with a waiter on another node.
+    pub matched_remote: AtomicU64,
+    /// Waiters here paired by a caller on another node.
+    pub match_told: AtomicU64,
+    /// Waiter records taken whose waiter was gone (left, its node dead, or restarted).
+    pub match_stale: AtomicU64,
+    /// Compare-and-swap conflicts on games' records.
+    pub match_conflicts: AtomicU64,
+    /// Waiter records deleted as their waiter left or lost the right to the game.
+    pub match_withdrawn: AtomicU64,
+    /// `find_match`es or withdrawals that could not reach the bucket or the waiter's node in
+    /// time (the caller was told `relay overloaded, retry later`).
+    pub match_errors: AtomicU64,
+    /// `find_match`es or withdrawals refused at once: the queue to the cluster was full.
+    pub match_queue_full: AtomicU64,
 }
 
 impl RelayClusterStats {
@@ -310,6 +329,45 @@ impl RelayClusterStats {
                 get(&self.pipe_queue_full),
             ),
             ("relay_pipe_publish_errors", "Pipe frames NATS did not take", c, get(&self.pipe_publish_errors)),
+            (
+                "relay_match_waiting",
+                "Clients here made a game's waiter in the cluster",
+                c,
+                get(&self.match_waiting),
+            ),
+            ("relay_matched_here", "Pairs made with a waiter of this node", c, get(&self.matched_here)),
+            (
+                "relay_matched_remote",
+                "Pairs made with a waiter on another node",
+                c,
+                get(&self.matched_remote),
+            ),
+            ("relay_match_told", "Waiters here paired by callers on other nodes", c, get(&self.match_told)),
+            ("relay_match_stale", "Game waiter records whose waiter was gone", c, get(&self.match_stale)),
+            (
+                "relay_match_conflicts",
+                "Compare-and-swap conflicts on game records",
+                c,
+                get(&self.match_conflicts),
+            ),
+            (
+                "relay_match_withdrawn",
+                "Game waiter records deleted as their waiter left",
+                c,
+                get(&self.match_withdrawn),
+            ),
+            (
+                "relay_match_errors",
+                "Matchmaking requests that could not reach the cluster in time",
+                c,
+                get(&self.match_errors),
+            ),
+            (
+                "relay_match_queue_full",
+                "Matchmaking requests refused: the queue to the cluster was full",
+                c,
+                get(&self.match_queue_full),
+            ),
         ]
     }
 }

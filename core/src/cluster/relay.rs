@@ -1,8 +1,9 @@
 //! The relay's seams to the cluster: what the relay front end asks of the cluster layer
 //! ([`RelayCluster`]: claim an address cluster-wide, send to an address held on another node
-//! or offline, open and use pipes whose other end is on another node) and what the cluster
-//! layer asks of the relay ([`LocalRelay`]: write a frame to a client of this node, the ends
-//! of pipes here), and how an address names its records and subjects in NATS.
+//! or offline, open and use pipes whose other end is on another node, find a match anywhere)
+//! and what the cluster layer asks of the relay ([`LocalRelay`]: write a frame to a client of
+//! this node, the ends of pipes here, its waiters), and how an address names its records and
+//! subjects in NATS.
 //!
 //! Without `[cluster]` neither is installed and the relay keeps everything on its node.
 //! `docs/cluster.md` ("The relay across nodes") describes the design.
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::client_key;
-use crate::relay::RelayError;
+use crate::relay::{RelayError, ServerMessage};
 
 /// The future of [`RelayCluster::claim`]: the backlog queued in the cluster for the address,
 /// oldest first, already taken out of the cluster's queue.
@@ -94,6 +95,14 @@ pub trait RelayCluster: Send + Sync + fmt::Debug {
     /// This end of `route` closed (`close_pipe` or a disconnect): the other node is told, after
     /// the data sent before.
     fn pipe_closed(&self, route: &PipeRoute);
+    /// `find_match{game}` of `who` (its connection's `ticket`), which does not wait in `game`
+    /// here: paired with the game's waiter anywhere in the cluster, or made that waiter.
+    /// Never waits: `relay overloaded, retry later` when the queue to the cluster is full;
+    /// what follows reaches `who` through [`LocalRelay::tell`].
+    fn find_match(&self, game: &str, who: &str, ticket: u64) -> Result<(), RelayError>;
+    /// `who` (connection `ticket`) no longer waits in `game` here (it disconnected, or its
+    /// rules no longer allow the game): its record as the game's waiter goes.
+    fn match_withdrawn(&self, game: &str, who: &str, ticket: u64);
 }
 
 /// A pipe a client of this node opens to an address that no client of this node holds:
@@ -264,6 +273,20 @@ pub trait LocalRelay: Send + Sync + fmt::Debug {
     /// instance)` holds (the instance is `None` while not yet known), telling this node's end
     /// `pipe_closed`; returns how many.
     fn pipes_gone(&self, gone: &dyn Fn(&str, Option<u64>) -> bool) -> usize;
+    /// Makes `who` (connection `ticket`) wait in `game` here, within this node's caps
+    /// (`limit reached: …`); `peer not connected` when that connection is gone.
+    fn wait_here(&self, game: &str, who: &str, ticket: u64) -> Result<(), RelayError>;
+    /// Takes `who` (connection `ticket`) out of `game`'s waiters here; whether it waited there.
+    fn take_waiter(&self, game: &str, who: &str, ticket: u64) -> bool;
+    /// Pairs `who` (connection `ticket`), waiting in `game` here, with `peer`: takes it out of
+    /// the game's waiters and tells it `matched{game, peer}`, at once (so that it is never told
+    /// `waiting` after). Whether it waited there.
+    fn pair_waiter(&self, game: &str, who: &str, ticket: u64, peer: &str) -> bool;
+    /// Tells `who` (connection `ticket`) `waiting{game}` if it still waits in `game` here (a
+    /// caller may have paired it already, which told it `matched`).
+    fn tell_waiting(&self, game: &str, who: &str, ticket: u64);
+    /// Writes `message` to `who`'s connection `ticket`; false when it is gone.
+    fn tell(&self, who: &str, ticket: u64, message: &ServerMessage<'_>) -> bool;
 }
 
 /// The one-token name of an address in NATS: its [`client_key`] escaping (`bob` → `bob`,

@@ -15,6 +15,7 @@
 //! | `P` | open a pipe to the client holding the address here | the peer | pipe, opener's node and instance, opener's frame limit, opener's address | `O` opened (with the peer's frame limit), `N` not here, `U` / `V` a pipe limit |
 //! | `W` | data on a pipe, for its end here | that end | pipe, sender's node, the `pipe_data` frame body | none |
 //! | `C` | the sender's end of a pipe closed (or is not there) | the closed end | pipe, sender's node | none |
+//! | `M` | the waiter here of a game was paired by the sender | the waiter | its instance and ticket, the game, the peer | `L` told, `N` not waiting here |
 //!
 //! The bodies of the pipe kinds, each field in this order:
 //!
@@ -22,10 +23,12 @@
 //! P: pipe id (32 bytes)  node length (1)  node  instance (8, big-endian)  max frame (4, big-endian)  opener address (the rest)
 //! W: pipe id (32 bytes)  node length (1)  node  frame body (the rest)
 //! C: pipe id (32 bytes)  node length (1)  node
+//! M: instance (8, big-endian)  ticket (8, big-endian)  game length (2, big-endian)  game  peer address (the rest)
 //! ```
 //!
 //! A pipe id is 32 lowercase hex digits; a node name is a cluster node name (1–64 ASCII
-//! letters, digits, `-`, `_`); addresses are checked like relay addresses (1–256 characters).
+//! letters, digits, `-`, `_`); addresses and game tags are checked like relay addresses (1–256
+//! characters).
 //! Replies are one byte, but `O`, which carries a 4-byte big-endian frame limit. Anything else
 //! is a typed [`RelayWireError`]; nothing panics on any input (the `cluster_relay` fuzz target).
 
@@ -95,14 +98,28 @@ pub enum RelayRequest {
         /// The sender's node.
         node: String,
     },
+    /// The sender took `waiter`, the waiter of `game` on the receiving node (its instance
+    /// `instance`, connection `ticket`), out of the game's record: it is paired with `peer`.
+    Matched {
+        /// The waiter's address.
+        waiter: String,
+        /// The receiving node's instance, as the record names it.
+        instance: u64,
+        /// The waiter's connection there.
+        ticket: u64,
+        /// The game tag.
+        game: String,
+        /// The address it is paired with.
+        peer: String,
+    },
 }
 
 /// A node's reply to a [`RelayRequest`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RelayReply {
-    /// `D`: written into the recipient's outbox.
+    /// `D`: written into the recipient's outbox; `M`: the waiter was told.
     Written,
-    /// `D`, `H`, `P`: no client here holds the address.
+    /// `D`, `H`, `P`: no client here holds the address; `M`: it does not wait here.
     NotHere,
     /// `D`: the frame is over the recipient's transport limit.
     TooLarge,
@@ -153,10 +170,13 @@ pub enum RelayWireError {
     /// A node name that is not one (1–64 ASCII letters, digits, `-`, `_`).
     #[error("relay message node name is not a node name")]
     Node,
-    /// An address in the body (the opener of a pipe) that is not UTF-8 or not a relay
-    /// address.
+    /// An address in the body (the opener of a pipe, a waiter's peer) that is not UTF-8 or
+    /// not a relay address.
     #[error("relay message body address is not a relay address")]
     BodyAddress,
+    /// A game tag that is not UTF-8 or not 1 to 256 characters.
+    #[error("relay message game tag is not 1 to 256 characters of UTF-8")]
+    Game,
 }
 
 const HEADER: usize = 3;
@@ -195,6 +215,14 @@ impl<'a> Fields<'a> {
             return Err(RelayWireError::Node);
         }
         Ok(name.to_owned())
+    }
+
+    fn game(&mut self) -> Result<String, RelayWireError> {
+        let len = self.take(2)?;
+        let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+        let game = std::str::from_utf8(self.take(len)?).map_err(|_| RelayWireError::Game)?;
+        validate_address(game).map_err(|_| RelayWireError::Game)?;
+        Ok(game.to_owned())
     }
 
     fn u32(&mut self) -> Result<u32, RelayWireError> {
@@ -245,6 +273,7 @@ impl RelayRequest {
             RelayRequest::PipeOpen { to, .. } => (b'P', to),
             RelayRequest::PipeData { to, .. } => (b'W', to),
             RelayRequest::PipeClose { from, .. } => (b'C', from),
+            RelayRequest::Matched { waiter, .. } => (b'M', waiter),
         };
         let mut out = BytesMut::with_capacity(HEADER + addr.len() + 128);
         out.put_u8(kind);
@@ -270,6 +299,14 @@ impl RelayRequest {
                 out.put_slice(pipe_id.as_bytes());
                 put_node(&mut out, node);
             }
+            RelayRequest::Matched { instance, ticket, game, peer, .. } => {
+                out.put_u64(*instance);
+                out.put_u64(*ticket);
+                // A game tag is at most 256 characters of at most 4 bytes: always fits.
+                out.put_u16(u16::try_from(game.len()).unwrap_or(u16::MAX));
+                out.put_slice(game.as_bytes());
+                out.put_slice(peer.as_bytes());
+            }
         }
         out.freeze()
     }
@@ -277,7 +314,7 @@ impl RelayRequest {
     /// Reads a request.
     pub fn decode(data: &Bytes) -> Result<RelayRequest, RelayWireError> {
         let &kind = data.first().ok_or(RelayWireError::Empty)?;
-        if !matches!(kind, b'D' | b'H' | b'F' | b'P' | b'W' | b'C') {
+        if !matches!(kind, b'D' | b'H' | b'F' | b'P' | b'W' | b'C' | b'M') {
             return Err(RelayWireError::UnknownKind(kind));
         }
         if data.len() < HEADER {
@@ -310,7 +347,14 @@ impl RelayRequest {
                 node: body.node()?,
                 body: body.rest(),
             },
-            _ => RelayRequest::PipeClose { from: addr, pipe_id: body.pipe_id()?, node: body.node()? },
+            b'C' => RelayRequest::PipeClose { from: addr, pipe_id: body.pipe_id()?, node: body.node()? },
+            _ => RelayRequest::Matched {
+                waiter: addr,
+                instance: body.u64()?,
+                ticket: body.u64()?,
+                game: body.game()?,
+                peer: body.address()?,
+            },
         };
         body.end(kind)?;
         Ok(request)
@@ -378,6 +422,27 @@ mod tests {
         }
     }
 
+    /// Each input is refused with its error.
+    fn refused(cases: &[(&[u8], RelayWireError)]) {
+        for (input, error) in cases {
+            assert_eq!(
+                RelayRequest::decode(&Bytes::copy_from_slice(input)).as_ref(),
+                Err(error),
+                "{input:?}"
+            );
+        }
+    }
+
+    fn matched() -> RelayRequest {
+        RelayRequest::Matched {
+            waiter: "wendy".into(),
+            instance: 7,
+            ticket: 9,
+            game: "chess".into(),
+            peer: "paul".into(),
+        }
+    }
+
     #[test]
     fn requests_round_trip() {
         let long = "é".repeat(256);
@@ -403,6 +468,14 @@ mod tests {
             },
             RelayRequest::PipeData { to: long, pipe_id: PIPE.into(), node: "a".into(), body: Bytes::new() },
             RelayRequest::PipeClose { from: "alice".into(), pipe_id: PIPE.into(), node: "b".into() },
+            matched(),
+            RelayRequest::Matched {
+                waiter: "w".into(),
+                instance: 0,
+                ticket: 0,
+                game: "😀".repeat(256),
+                peer: "é".repeat(256),
+            },
         ] {
             assert_eq!(RelayRequest::decode(&request.encode()), Ok(request));
         }
@@ -471,13 +544,35 @@ mod tests {
             (close_trailing.as_bytes(), RelayWireError::Trailing('C')),
             (close_empty_node.as_bytes(), RelayWireError::Node),
         ];
-        for (input, error) in cases {
-            assert_eq!(
-                RelayRequest::decode(&Bytes::copy_from_slice(input)).as_ref(),
-                Err(error),
-                "{input:?}"
-            );
-        }
+        refused(cases);
+    }
+
+    #[test]
+    fn malformed_match_requests_get_typed_errors() {
+        let good = matched().encode();
+        // Header 3 + "wendy" 5: instance at 8, ticket at 16, the game's length at 24, the game
+        // at 26, the peer at 31.
+        assert_eq!(good.len(), 35);
+        let with = |at: usize, bytes: &[u8]| {
+            let mut v = good.to_vec();
+            v.splice(at..at + bytes.len(), bytes.iter().copied());
+            v
+        };
+        let empty_game = [&good[..24], &b"\x00\x00paul"[..]].concat();
+        let long_game = [&good[..24], &[0x01u8, 0x01][..], "g".repeat(257).as_bytes(), &b"paul"[..]].concat();
+        let cases: &[(&[u8], RelayWireError)] = &[
+            (&good[..15], RelayWireError::Truncated { need: 16, have: 15 }),
+            (&good[..20], RelayWireError::Truncated { need: 24, have: 20 }),
+            (&good[..25], RelayWireError::Truncated { need: 26, have: 25 }),
+            (&with(24, &[0, 9]), RelayWireError::BodyAddress),
+            (&with(24, &[0, 10]), RelayWireError::Truncated { need: 36, have: 35 }),
+            (&with(26, b"\xff"), RelayWireError::Game),
+            (&empty_game, RelayWireError::Game),
+            (&long_game, RelayWireError::Game),
+            (&good[..31], RelayWireError::BodyAddress),
+            (&with(31, b"\xc3\x28"), RelayWireError::BodyAddress),
+        ];
+        refused(cases);
     }
 
     #[test]
