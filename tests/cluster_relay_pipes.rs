@@ -9,7 +9,6 @@ mod daemon;
 
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use common::nats::{NatsServer, node, relay_counted, relay_stat};
 use common::relay::{Client, Kind, LISTENERS};
 use serde_json::{Value, json};
@@ -161,15 +160,8 @@ async fn an_address_held_nowhere_is_not_connected_and_the_pipe_caps_hold_across_
 async fn a_pipe_to_a_node_that_dies_is_closed_within_the_lease_bound() {
     const LEASE_MS: u64 = 1000;
     let nats = NatsServer::start().await;
-    let a = TestServer::start(&format!(
-        "{LISTENERS}[cluster]\nnode = \"a\"\nnats = [{:?}]\nlease_ms = {LEASE_MS}\n",
-        nats.url
-    ))
-    .await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let config =
-        daemon::cluster_node_config(dir.path(), "d", &nats.url, LISTENERS, &format!("lease_ms = {LEASE_MS}"));
-    let mut d = daemon::Daemon::start(&config, &["mqtt", "relay-tcp", "relay-ws", "relay-udp"]).await;
+    let (a, mut d) = daemon::relay_node_and_process(&nats, dir.path(), LEASE_MS).await;
     let mut bob = Client::connect_to(d.addr("relay-tcp"), Kind::Tcp, "/").await;
     bob.register("bob").await;
     let mut alice = Client::registered(&a, Kind::Tcp, "alice").await;

@@ -490,6 +490,12 @@ impl Cluster {
         Ok(Arc::new(node))
     }
 
+    /// Rises with each change of other nodes' relay figures this node applied (`None` before
+    /// [`Cluster::attach_relay`]).
+    pub fn relay_figures_applied(&self) -> Option<watch::Receiver<u64>> {
+        self.relay.get().map(relay::RelayNode::figures_applied)
+    }
+
     /// Waits until every relay room this node has members of has its NATS subscription in
     /// place (and every room it left has none), so that other nodes' room messages from now on
     /// reach its members.
@@ -581,6 +587,10 @@ impl Cluster {
         // Its content listeners are gone with it: other nodes stop sending to it.
         if let Some(content) = self.content.get() {
             let _ = tokio::time::timeout(Duration::from_secs(2), content.withdraw_own()).await;
+        }
+        // And its relay clients: they no longer count elsewhere.
+        if let Some(relay) = self.relay.get() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), relay.withdraw_figures()).await;
         }
         for t in mesgd_core::sync::lock(&self.tasks).drain(..) {
             t.abort();

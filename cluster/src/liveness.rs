@@ -55,6 +55,21 @@ impl Liveness {
             .is_some_and(|lease| !lease.alive || instance.is_some_and(|i| i != lease.instance))
     }
 
+    /// Whether `instance` of `node` holds a lease that was not taken over.
+    pub(crate) fn is_alive(&self, node: &str, instance: u64) -> bool {
+        self.leases.borrow().get(node).is_some_and(|lease| lease.alive && lease.instance == instance)
+    }
+
+    /// The nodes whose lease was not taken over, but `except`.
+    pub(crate) fn alive_nodes(&self, except: &str) -> Vec<String> {
+        self.leases
+            .borrow()
+            .iter()
+            .filter(|(node, lease)| lease.alive && **node != *except)
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
     /// Woken at each change of a lease.
     pub(crate) fn subscribe(&self) -> watch::Receiver<HashMap<String, NodeLease>> {
         self.leases.subscribe()
@@ -75,14 +90,17 @@ mod tests {
         changes.borrow_and_update();
         live.seen("b", Some(NodeLease { instance: 1, alive: true }));
         assert!(!changes.has_changed().unwrap(), "a renewal is no change");
-        assert!(!live.is_gone("b", Some(1)) && !live.is_gone("b", None));
+        assert!(!live.is_gone("b", Some(1)) && !live.is_gone("b", None) && live.is_alive("b", 1));
+        assert_eq!(live.alive_nodes("a"), ["b"]);
+        assert!(live.alive_nodes("b").is_empty());
 
         live.seen("b", Some(NodeLease { instance: 2, alive: true }));
         assert!(live.is_gone("b", Some(1)), "restarted");
-        assert!(!live.is_gone("b", Some(2)));
+        assert!(!live.is_gone("b", Some(2)) && !live.is_alive("b", 1));
 
         live.seen("b", Some(NodeLease { instance: 2, alive: false }));
         assert!(live.is_gone("b", Some(2)) && live.is_gone("b", None), "taken over");
+        assert!(live.alive_nodes("a").is_empty());
 
         live.seen("c", Some(NodeLease { instance: 7, alive: true }));
         live.seen("c", None);

@@ -5,7 +5,9 @@
 
 use std::sync::{Arc, Weak};
 
-use mesgd_core::cluster::relay::{IncomingPipe, LocalDelivery, LocalRelay, PipeDelivery, PipePeer};
+use mesgd_core::cluster::relay::{
+    IncomingPipe, LocalDelivery, LocalRelay, NodeFigures, PipeDelivery, PipePeer,
+};
 use mesgd_core::relay::{RelayError, ServerMessage};
 
 use super::outbox::PushError;
@@ -84,6 +86,14 @@ impl LocalRelay for LocalNode {
 
     fn tell(&self, who: &str, ticket: u64, message: &ServerMessage<'_>) -> bool {
         self.0.upgrade().is_some_and(|ctx| ctx.relay.tell(who, ticket, message))
+    }
+
+    fn figures(&self) -> NodeFigures {
+        self.0.upgrade().map_or(NodeFigures::default(), |ctx| ctx.relay.figures())
+    }
+
+    fn room_members(&self, room: &str) -> usize {
+        self.0.upgrade().map_or(0, |ctx| ctx.relay.room_members(room))
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use bytes::{BufMut, BytesMut};
 use mesgd_core::broker::Broker;
-use mesgd_core::cluster::relay::{RelayCluster, RemoteOutcome, RemoteSend};
+use mesgd_core::cluster::relay::{NodeFigures, RelayCluster, RemoteOutcome, RemoteSend};
 use mesgd_core::journal::Change;
 use mesgd_core::relay::capabilities::{Capabilities, ClientLimits};
 use mesgd_core::relay::frame::{MAX_TCP_FRAME, MAX_UDP_DATAGRAM, MAX_WS_FRAME};
@@ -222,9 +222,27 @@ impl Hub {
         self.broker.journal().map(|j| j.record(change()))
     }
 
-    /// The load now (relay connections against `max_connections`, offline bytes against the
-    /// queues' global budget).
+    /// The load now: this node's (relay connections against `max_connections`, offline bytes
+    /// against the queues' global budget), or with `[cluster]` the cluster's when it is higher
+    /// (the connections of every live node with a cap against the sum of their caps, the
+    /// cluster queue's bytes against its budget). The higher of the two is what a client is
+    /// told and what refuses a `register`: this node cannot take more than its own cap,
+    /// and a client should not be told the relay is idle when it is not.
     pub(crate) fn load(&self) -> Load {
+        let node = self.node_load();
+        let Some(cluster) = self.cluster.get() else { return node };
+        let elsewhere = cluster.elsewhere();
+        let mine = if node.max_connections > 0 { node.connections } else { 0 };
+        let whole = Load {
+            connections: mine + elsewhere.connections,
+            max_connections: node.max_connections + elsewhere.max_connections,
+            queued_bytes: elsewhere.queued_bytes,
+            queue_budget: elsewhere.queue_budget,
+        };
+        if whole.factor() > node.factor() { whole } else { node }
+    }
+
+    fn node_load(&self) -> Load {
         let connections =
             RelayStats::get(&self.stats.connections) + RelayStats::get(&self.stats.udp_registered);
         Load {
@@ -232,6 +250,16 @@ impl Hub {
             max_connections: self.settings.max_connections,
             queued_bytes: lock(&self.store).queues.bytes() as u64,
             queue_budget: self.settings.queue.global_bytes as u64,
+        }
+    }
+
+    /// This node's figures, which it publishes for the other nodes (`[cluster]`).
+    pub(crate) fn figures(&self) -> NodeFigures {
+        let load = self.node_load();
+        NodeFigures {
+            addresses: read(&self.directory).len() as u64,
+            connections: load.connections,
+            max_connections: load.max_connections,
         }
     }
 
@@ -260,9 +288,11 @@ impl Hub {
         ServerMessage::TurnCredentials(&creds).encode(buf);
     }
 
-    /// Registered addresses relay-wide.
+    /// Registered addresses relay-wide: with `[cluster]`, this node's and those the other live
+    /// nodes last published.
     pub(crate) fn online_count(&self) -> u64 {
-        read(&self.directory).len() as u64
+        let here = read(&self.directory).len() as u64;
+        here + self.cluster.get().map_or(0, |cluster| cluster.elsewhere().addresses)
     }
 
     /// The outbox of the client holding `addr`.
@@ -656,6 +686,11 @@ impl Hub {
             }
         }
         reached
+    }
+
+    /// The members of `room` here.
+    pub(crate) fn room_members(&self, room: &str) -> usize {
+        lock(&self.rooms).members(room)
     }
 
     /// The rooms `me` is in.

@@ -21,11 +21,15 @@
 //! - **Matchmaking** (`matches`): one record per game in the bucket, naming the game's one
 //!   waiter; a caller becomes it by compare-and-swap, or takes it by deleting it at the
 //!   revision read (one delete wins) and has its node tell it (`M`).
+//! - **Counts** (`figures`): each node's figures under its own key (`n.<node>`), followed by
+//!   every node, counted while their node's lease holds; a room's members asked of each node
+//!   (`R`) when a client joins it.
 //! - `serve`: the requests other nodes send here.
 //!
 //! JetStream assets: one bucket and one stream whatever the number of clients, no consumer.
 
 mod claims;
+mod figures;
 mod matches;
 mod pipes;
 mod queue;
@@ -40,7 +44,8 @@ use std::time::Duration;
 use async_nats::Client;
 use async_nats::jetstream::{self, kv};
 use mesgd_core::cluster::relay::{
-    AliasRule, LocalRelay, PipeOpen, PipeRoute, RelayClaimFuture, RelayCluster, RemoteSend,
+    AliasRule, CountFuture, Elsewhere, LocalRelay, PipeOpen, PipeRoute, RelayClaimFuture, RelayCluster,
+    RemoteSend,
 };
 use mesgd_core::relay::{QueueLimits, RelayError};
 use tokio::sync::mpsc;
@@ -96,6 +101,8 @@ struct Inner {
     matches: mpsc::Sender<matches::MatchJob>,
     /// The games' records this node wrote for its waiters.
     waiters: matches::OwnWaiters,
+    /// The other nodes' figures.
+    figures: figures::OtherFigures,
 }
 
 /// Which rooms this node wants to receive, and how far its subscriptions have caught up.
@@ -158,6 +165,7 @@ impl RelayNode {
                 pipe_frames,
                 matches: match_jobs,
                 waiters: matches::OwnWaiters::default(),
+                figures: figures::OtherFigures::default(),
             }),
         };
         let serving = node.serve().await?;
@@ -167,7 +175,22 @@ impl RelayNode {
         let pipe_sending = tokio::spawn(node.clone().publish_pipe_frames(pipe_rx));
         let dead_pipes = tokio::spawn(node.clone().follow_liveness());
         let matching = tokio::spawn(node.clone().match_loop(match_rx));
-        Ok((node, vec![serving, sending, rooms, room_sending, pipe_sending, dead_pipes, matching]))
+        let publishing = tokio::spawn(node.clone().publish_figures());
+        let following = tokio::spawn(node.clone().follow_figures());
+        Ok((
+            node,
+            vec![
+                serving,
+                sending,
+                rooms,
+                room_sending,
+                pipe_sending,
+                dead_pipes,
+                matching,
+                publishing,
+                following,
+            ],
+        ))
     }
 
     fn stats(&self) -> &RelayClusterStats {
@@ -302,5 +325,13 @@ impl RelayCluster for RelayNode {
         // A full queue leaves the record: the next caller finds the waiter gone.
         let job = matches::MatchJob::Withdraw { game: game.to_owned(), who: who.to_owned(), ticket };
         let _ = self.queue_match(job);
+    }
+
+    fn elsewhere(&self) -> Elsewhere {
+        RelayNode::elsewhere(self)
+    }
+
+    fn room_members(&self, room: &str) -> CountFuture {
+        self.room_members_elsewhere(room)
     }
 }

@@ -195,14 +195,15 @@ impl RelayNode {
         }
     }
 
-    /// Closes the ends here of pipes whose other node instance is gone, each time the leases
-    /// change.
+    /// Closes the ends here of pipes whose other node instance is gone, and forgets the
+    /// figures of such instances, each time the leases change.
     pub(super) async fn follow_liveness(self) {
         let mut changes = self.inner.liveness.subscribe();
         while changes.changed().await.is_ok() {
             let live = &self.inner.liveness;
             let closed = self.inner.local.pipes_gone(&|node, instance| live.is_gone(node, instance));
             RelayClusterStats::add(&self.stats().pipes_node_gone, closed as u64);
+            self.forget_dead_figures().await;
         }
     }
 }

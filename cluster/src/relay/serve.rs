@@ -1,7 +1,7 @@
 //! The requests other nodes send to this node's relay subject `mesgd.relay.<node>`: deliver a
 //! frame to a client here (`D`), whether a client here holds an address (`H`), flush an
 //! address's cluster queue (`F`), open a pipe to a client here (`P`), data on a pipe (`W`) and
-//! its close (`C`), a waiter here paired by another node (`M`). One task reads them in order, so each node's pipe frames reach the client
+//! its close (`C`), a waiter here paired by another node (`M`), a room's members here (`R`). One task reads them in order, so each node's pipe frames reach the client
 //! in the order sent.
 
 use async_nats::Subscriber;
@@ -66,6 +66,10 @@ impl RelayNode {
                 }
                 Ok(RelayRequest::Matched { waiter, instance, ticket, game, peer }) => {
                     Some(self.matched_here(&waiter, instance, ticket, &game, &peer))
+                }
+                Ok(RelayRequest::RoomMembers { room }) => {
+                    let members = self.inner.local.room_members(&room);
+                    Some(RelayReply::Members(u32::try_from(members).unwrap_or(u32::MAX)))
                 }
                 Err(e) => {
                     RelayClusterStats::add(&self.stats().decode_errors, 1);

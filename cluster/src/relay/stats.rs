@@ -115,6 +115,12 @@ pub struct RelayClusterStats {
     pub match_errors: AtomicU64,
     /// `find_match`es or withdrawals refused at once: the queue to the cluster was full.
     pub match_queue_full: AtomicU64,
+    /// This node's figures written to the bucket.
+    pub figures_published: AtomicU64,
+    /// Writes of this node's figures that failed (tried again at the next change or tick).
+    pub figures_errors: AtomicU64,
+    /// Nodes that did not answer in time how many members a room has there (counted as none).
+    pub room_count_failures: AtomicU64,
 }
 
 impl RelayClusterStats {
@@ -367,6 +373,19 @@ impl RelayClusterStats {
                 "Matchmaking requests refused: the queue to the cluster was full",
                 c,
                 get(&self.match_queue_full),
+            ),
+            ("relay_figures_published", "This node's relay figures written", c, get(&self.figures_published)),
+            (
+                "relay_figures_errors",
+                "Writes of this node's relay figures that failed",
+                c,
+                get(&self.figures_errors),
+            ),
+            (
+                "relay_room_count_failures",
+                "Nodes that did not answer a room's member count in time",
+                c,
+                get(&self.room_count_failures),
             ),
         ]
     }

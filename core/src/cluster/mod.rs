@@ -22,7 +22,7 @@
 //! - [`content`]: content routing's seams to the cluster and its reach header.
 //! - [`relay`]: the relay's seams to the cluster and how addresses are named in NATS;
 //!   [`relay_wire`]: the relay messages between nodes; [`relay_kv`]: the relay bucket's
-//!   records of games' waiters.
+//!   records of games' waiters and nodes' figures.
 //! - this file: the [`Interest`] seam of the router.
 
 pub mod client_key;

@@ -18,6 +18,9 @@ use bytes::Bytes;
 use super::client_key;
 use crate::relay::{RelayError, ServerMessage};
 
+/// A count the cluster is asked for (the members of a room on the other nodes).
+pub type CountFuture = Pin<Box<dyn Future<Output = u64> + Send>>;
+
 /// The future of [`RelayCluster::claim`]: the backlog queued in the cluster for the address,
 /// oldest first, already taken out of the cluster's queue.
 pub type RelayClaimFuture = Pin<Box<dyn Future<Output = Result<Vec<Bytes>, RelayError>> + Send>>;
@@ -103,6 +106,38 @@ pub trait RelayCluster: Send + Sync + fmt::Debug {
     /// `who` (connection `ticket`) no longer waits in `game` here (it disconnected, or its
     /// rules no longer allow the game): its record as the game's waiter goes.
     fn match_withdrawn(&self, game: &str, who: &str, ticket: u64);
+    /// The other live nodes' figures as last published, summed, and the cluster queue's bytes
+    /// against its budget. Never waits (`docs/cluster.md` says how stale they may be).
+    fn elsewhere(&self) -> Elsewhere;
+    /// The members of `room` on the other live nodes, asked of each (a node that does not
+    /// answer in time counts none).
+    fn room_members(&self, room: &str) -> CountFuture;
+}
+
+/// The other live nodes' relay figures, summed, and the cluster's store-and-forward queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Elsewhere {
+    /// Addresses registered on them.
+    pub addresses: u64,
+    /// Relay connections of those with a connection cap.
+    pub connections: u64,
+    /// The sum of those caps.
+    pub max_connections: u64,
+    /// Bytes in the cluster's store-and-forward queue.
+    pub queued_bytes: u64,
+    /// The queue's byte budget (0: unknown yet).
+    pub queue_budget: u64,
+}
+
+/// This node's relay figures, which it publishes for the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeFigures {
+    /// Addresses registered here.
+    pub addresses: u64,
+    /// Relay connections here (TCP, WebSocket and registered UDP sources).
+    pub connections: u64,
+    /// `[relay] max_connections` (0: no cap).
+    pub max_connections: u64,
 }
 
 /// A pipe a client of this node opens to an address that no client of this node holds:
@@ -287,6 +322,10 @@ pub trait LocalRelay: Send + Sync + fmt::Debug {
     fn tell_waiting(&self, game: &str, who: &str, ticket: u64);
     /// Writes `message` to `who`'s connection `ticket`; false when it is gone.
     fn tell(&self, who: &str, ticket: u64, message: &ServerMessage<'_>) -> bool;
+    /// This node's figures now.
+    fn figures(&self) -> NodeFigures;
+    /// How many members `room` has here.
+    fn room_members(&self, room: &str) -> usize;
 }
 
 /// The one-token name of an address in NATS: its [`client_key`] escaping (`bob` → `bob`,

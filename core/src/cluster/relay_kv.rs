@@ -1,10 +1,12 @@
 //! The relay bucket's records besides the address records and alias bindings: the waiter of a
-//! game (matchmaking across nodes). JSON, like the address records, so that an operator reading
-//! the bucket reads them too; a field a later version adds is ignored.
+//! game (matchmaking across nodes) and each node's figures (the relay-wide counts). JSON, like
+//! the address records, so that an operator reading the bucket reads them too; a field a later
+//! version adds is ignored.
 //!
 //! | key | value |
 //! |---|---|
 //! | `g.<game token>` | the game's waiter: `{"node":"b","instance":"3f9c0e7a12b4d605","addr":"alice","ticket":7}` |
+//! | `n.<node>` | the node's figures: `{"instance":"3f9c0e7a12b4d605","addresses":12,"connections":15,"max_connections":100000}` |
 //!
 //! The game token is the address token of the game tag ([`address_token`]). Every field is
 //! checked when read ([`RelayRecordError`], malformed-input tables below; the `cluster_relay`
@@ -102,6 +104,44 @@ impl Waiter {
     }
 }
 
+/// The KV key of `node`'s figures: `n.<node>` (a node name is one subject token).
+pub fn figures_key(node: &str) -> String {
+    format!("n.{node}")
+}
+
+/// One node's relay figures, as it last published them, for the relay-wide counts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    /// The node's process instance ([`instance_text`]): figures of an instance whose lease was
+    /// taken over do not count.
+    pub instance: String,
+    /// Addresses registered on the node.
+    pub addresses: u64,
+    /// Its relay connections (TCP, WebSocket and registered UDP sources).
+    pub connections: u64,
+    /// Its `[relay] max_connections` (0: no cap).
+    pub max_connections: u64,
+}
+
+impl Figures {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads a record, checking the instance.
+    pub fn decode(bytes: &[u8]) -> Result<Figures, RelayRecordError> {
+        let figures: Figures = parse(bytes)?;
+        parse_instance(&figures.instance).ok_or(RelayRecordError::Instance)?;
+        Ok(figures)
+    }
+
+    /// Its node's instance.
+    pub fn instance_id(&self) -> Option<u64> {
+        parse_instance(&self.instance)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +181,32 @@ mod tests {
             assert!(format!("{error:?}").starts_with(kind), "{input:?}: {error:?}");
         }
         assert_eq!(parse_instance("ffffffffffffffff"), Some(u64::MAX));
+    }
+
+    #[test]
+    fn figures_round_trip_and_malformed_ones_are_refused() {
+        let figures =
+            Figures { instance: instance_text(1), addresses: 3, connections: u64::MAX, max_connections: 0 };
+        assert_eq!(Figures::decode(&figures.encode()).unwrap(), figures);
+        assert_eq!((figures.instance_id(), figures_key("node-b")), (Some(1), "n.node-b".to_owned()));
+        let long = format!(
+            r#"{{"instance":"{}","addresses":1,"connections":1,"max_connections":1}}"#,
+            "0".repeat(4096)
+        );
+        let cases: Vec<(&[u8], &str)> = vec![
+            (b"{}", "Json"),
+            (br#"{"instance":"0000000000000001","addresses":1,"connections":1}"#, "Json"),
+            (
+                br#"{"instance":"0000000000000001","addresses":1.5,"connections":1,"max_connections":1}"#,
+                "Json",
+            ),
+            (br#"{"instance":"1","addresses":1,"connections":1,"max_connections":1}"#, "Instance"),
+            (long.as_bytes(), "TooLong"),
+        ];
+        for (input, kind) in cases {
+            let error = Figures::decode(input).expect_err(&String::from_utf8_lossy(input));
+            assert!(format!("{error:?}").starts_with(kind), "{input:?}: {error:?}");
+        }
         assert_eq!(parse_instance("+fffffffffffffff"), None);
     }
 }

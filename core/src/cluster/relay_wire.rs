@@ -16,6 +16,7 @@
 //! | `W` | data on a pipe, for its end here | that end | pipe, sender's node, the `pipe_data` frame body | none |
 //! | `C` | the sender's end of a pipe closed (or is not there) | the closed end | pipe, sender's node | none |
 //! | `M` | the waiter here of a game was paired by the sender | the waiter | its instance and ticket, the game, the peer | `L` told, `N` not waiting here |
+//! | `R` | how many members the room has here | the room | empty | `S` with the count |
 //!
 //! The bodies of the pipe kinds, each field in this order:
 //!
@@ -29,7 +30,8 @@
 //! A pipe id is 32 lowercase hex digits; a node name is a cluster node name (1–64 ASCII
 //! letters, digits, `-`, `_`); addresses and game tags are checked like relay addresses (1–256
 //! characters).
-//! Replies are one byte, but `O`, which carries a 4-byte big-endian frame limit. Anything else
+//! Replies are one byte, but `O` and `S`, which carry a 4-byte big-endian number (a frame limit,
+//! a member count). Anything else
 //! is a typed [`RelayWireError`]; nothing panics on any input (the `cluster_relay` fuzz target).
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -98,6 +100,11 @@ pub enum RelayRequest {
         /// The sender's node.
         node: String,
     },
+    /// How many members `room` has on the receiving node.
+    RoomMembers {
+        /// The room (1 to 256 characters, like an address).
+        room: String,
+    },
     /// The sender took `waiter`, the waiter of `game` on the receiving node (its instance
     /// `instance`, connection `ticket`), out of the game's record: it is paired with `peer`.
     Matched {
@@ -134,6 +141,8 @@ pub enum RelayReply {
     PipesPerConnection,
     /// `P`: refused, the receiving node has as many pipes as it may.
     Pipes,
+    /// `R`: the room's members on the receiving node.
+    Members(u32),
 }
 
 /// Why a relay message between nodes could not be read.
@@ -160,7 +169,7 @@ pub enum RelayWireError {
     /// The address is empty or over 256 characters.
     #[error("relay message address is empty or over 256 characters")]
     InvalidAddress,
-    /// A request that takes no body (`H`, `F`) has one, a request's body has bytes after its
+    /// A request that takes no body (`H`, `F`, `R`) has one, a request's body has bytes after its
     /// last field (`C`), or a reply is longer than its kind.
     #[error("relay message kind {0:?} has trailing bytes")]
     Trailing(char),
@@ -274,6 +283,7 @@ impl RelayRequest {
             RelayRequest::PipeData { to, .. } => (b'W', to),
             RelayRequest::PipeClose { from, .. } => (b'C', from),
             RelayRequest::Matched { waiter, .. } => (b'M', waiter),
+            RelayRequest::RoomMembers { room } => (b'R', room),
         };
         let mut out = BytesMut::with_capacity(HEADER + addr.len() + 128);
         out.put_u8(kind);
@@ -282,7 +292,7 @@ impl RelayRequest {
         out.put_slice(addr.as_bytes());
         match self {
             RelayRequest::Deliver { body, .. } => out.put_slice(body),
-            RelayRequest::Held { .. } | RelayRequest::Flush { .. } => {}
+            RelayRequest::Held { .. } | RelayRequest::Flush { .. } | RelayRequest::RoomMembers { .. } => {}
             RelayRequest::PipeOpen { pipe_id, node, instance, max_frame, from, .. } => {
                 out.put_slice(pipe_id.as_bytes());
                 put_node(&mut out, node);
@@ -314,7 +324,7 @@ impl RelayRequest {
     /// Reads a request.
     pub fn decode(data: &Bytes) -> Result<RelayRequest, RelayWireError> {
         let &kind = data.first().ok_or(RelayWireError::Empty)?;
-        if !matches!(kind, b'D' | b'H' | b'F' | b'P' | b'W' | b'C' | b'M') {
+        if !matches!(kind, b'D' | b'H' | b'F' | b'P' | b'W' | b'C' | b'M' | b'R') {
             return Err(RelayWireError::UnknownKind(kind));
         }
         if data.len() < HEADER {
@@ -333,6 +343,7 @@ impl RelayRequest {
             b'D' => RelayRequest::Deliver { to: addr, body: body.rest() },
             b'H' => RelayRequest::Held { addr },
             b'F' => RelayRequest::Flush { addr },
+            b'R' => RelayRequest::RoomMembers { room: addr },
             b'P' => RelayRequest::PipeOpen {
                 to: addr,
                 pipe_id: body.pipe_id()?,
@@ -362,7 +373,7 @@ impl RelayRequest {
 }
 
 impl RelayReply {
-    /// The wire form: one byte, five for `O`.
+    /// The wire form: one byte, five for `O` and `S`.
     pub fn encode(self) -> Bytes {
         match self {
             RelayReply::Written => Bytes::from_static(b"L"),
@@ -377,6 +388,12 @@ impl RelayReply {
             }
             RelayReply::PipesPerConnection => Bytes::from_static(b"U"),
             RelayReply::Pipes => Bytes::from_static(b"V"),
+            RelayReply::Members(n) => {
+                let mut out = BytesMut::with_capacity(5);
+                out.put_u8(b'S');
+                out.put_u32(n);
+                out.freeze()
+            }
         }
     }
 
@@ -388,12 +405,8 @@ impl RelayReply {
             b'N' => (RelayReply::NotHere, 1),
             b'T' => (RelayReply::TooLarge, 1),
             b'Y' => (RelayReply::Held, 1),
-            b'O' => {
-                let Some(&[a, b, c, d]) = data.get(1..5) else {
-                    return Err(RelayWireError::Truncated { need: 5, have: data.len() });
-                };
-                (RelayReply::PipeOpened { max_frame: u32::from_be_bytes([a, b, c, d]) }, 5)
-            }
+            b'O' => (RelayReply::PipeOpened { max_frame: number(data)? }, 5),
+            b'S' => (RelayReply::Members(number(data)?), 5),
             b'U' => (RelayReply::PipesPerConnection, 1),
             b'V' => (RelayReply::Pipes, 1),
             other => return Err(RelayWireError::UnknownKind(other)),
@@ -402,6 +415,14 @@ impl RelayReply {
             return Err(RelayWireError::Trailing(char::from(kind)));
         }
         Ok(reply)
+    }
+}
+
+/// The four-byte big-endian number after a reply's kind.
+fn number(data: &[u8]) -> Result<u32, RelayWireError> {
+    match data.get(1..5) {
+        Some(&[a, b, c, d]) => Ok(u32::from_be_bytes([a, b, c, d])),
+        _ => Err(RelayWireError::Truncated { need: 5, have: data.len() }),
     }
 }
 
@@ -450,6 +471,7 @@ mod tests {
             RelayRequest::Deliver { to: "bob".into(), body: Bytes::from_static(br#"{"t":"deliver"}"#) },
             RelayRequest::Deliver { to: long.clone(), body: Bytes::new() },
             RelayRequest::Held { addr: "a.b/c d".into() },
+            RelayRequest::RoomMembers { room: "lobby".into() },
             RelayRequest::Flush { addr: long.clone() },
             pipe_open(),
             RelayRequest::PipeOpen {
@@ -490,6 +512,8 @@ mod tests {
             RelayReply::PipeOpened { max_frame: 16_384 },
             RelayReply::PipesPerConnection,
             RelayReply::Pipes,
+            RelayReply::Members(0),
+            RelayReply::Members(u32::MAX),
         ] {
             assert_eq!(RelayReply::decode(&reply.encode()), Ok(reply));
         }
@@ -530,6 +554,8 @@ mod tests {
             (b"D\x00\x02\xc3\x28", RelayWireError::AddressNotUtf8),
             (b"H\x00\x01ax", RelayWireError::Trailing('H')),
             (b"F\x00\x01ax", RelayWireError::Trailing('F')),
+            (b"R\x00\x01ax", RelayWireError::Trailing('R')),
+            (b"R\x00\x00", RelayWireError::InvalidAddress),
             (b"P\x00\x03bob", RelayWireError::Truncated { need: 38, have: 6 }),
             (short_id.as_bytes(), RelayWireError::Truncated { need: 36, have: 35 }),
             (&upper_id, RelayWireError::PipeId),
@@ -587,6 +613,8 @@ mod tests {
             (b"O\x00\x00\x01", RelayWireError::Truncated { need: 5, have: 4 }),
             (b"O\x00\x00\x01\x00\x00", RelayWireError::Trailing('O')),
             (b"UU", RelayWireError::Trailing('U')),
+            (b"S\x00\x00", RelayWireError::Truncated { need: 5, have: 3 }),
+            (b"S\x00\x00\x00\x01\x00", RelayWireError::Trailing('S')),
         ];
         for (input, error) in cases {
             assert_eq!(RelayReply::decode(input).as_ref(), Err(error), "{input:?}");
