@@ -163,6 +163,11 @@ impl RelayNode {
 
     /// `P` from another node: the answer.
     pub(super) fn pipe_open_here(&self, open: IncomingPipe<'_>) -> RelayReply {
+        // An opener whose node died since it asked: its end would never close here otherwise
+        // (the lease changes that close pipes have passed).
+        if self.inner.liveness.is_gone(&open.opener.node, Some(open.opener.instance)) {
+            return RelayReply::NotHere;
+        }
         match self.inner.local.pipe_incoming(open) {
             Ok(max_frame) => {
                 RelayClusterStats::add(&self.stats().pipes_accepted, 1);
