@@ -28,6 +28,8 @@
 //! - `interest`: the subjects this node wants, counted per filter, and whether NATS has
 //!   confirmed them (what a SUBACK waits for).
 //! - `live`: the forwarder, the sending task, the receiving task with its subscriptions.
+//! - `liveness`: which node instances are alive, from the node leases (what the relay's pipes
+//!   and figures of other nodes follow).
 //! - `lost`: closing the clients' connections when NATS has been lost, or the node's lease not
 //!   renewed, for too long.
 //! - `retained`: the retained stream, storing into it and following it.
@@ -58,6 +60,7 @@ mod durable;
 mod features;
 mod interest;
 mod live;
+mod liveness;
 mod logins;
 mod lost;
 mod registry;
@@ -161,6 +164,8 @@ pub struct Cluster {
     config: ClusterConfig,
     wills_kv: async_nats::jetstream::kv::Store,
     me: live::Identity,
+    /// Which node instances are alive, from the leases.
+    liveness: Arc<liveness::Liveness>,
     relay_setup: relay::RelaySetup,
     content_setup: content::ContentSetup,
     content_applied: std::sync::OnceLock<watch::Receiver<u64>>,
@@ -258,6 +263,7 @@ impl Cluster {
         let (store, store_task) =
             durable::DurableStore::start(durable_js, broker.clone(), me.clone(), capacity, stats.clone());
         let content: Arc<std::sync::OnceLock<content::ContentNode>> = Arc::default();
+        let liveness = Arc::new(liveness::Liveness::default());
         let wills = wills::Wills {
             wills: registry::named_bucket(
                 &js,
@@ -282,6 +288,7 @@ impl Cluster {
             lease: Duration::from_millis(config.lease_ms),
             client: client.clone(),
             content: content.clone(),
+            liveness: liveness.clone(),
         };
         let wills_kv = wills.wills.clone();
         let renewals = Arc::new(lost::Renewals::default());
@@ -359,6 +366,7 @@ impl Cluster {
             config: config.clone(),
             wills_kv,
             me,
+            liveness,
             relay_setup: relay::RelaySetup {
                 bucket: config.relay_bucket.clone(),
                 stream: config.relay_queue_stream.clone(),
@@ -470,6 +478,7 @@ impl Cluster {
         let (node, tasks) = relay::RelayNode::start(
             self.client.clone(),
             &self.me,
+            self.liveness.clone(),
             &self.relay_setup,
             local,
             limits,
@@ -479,6 +488,12 @@ impl Cluster {
         mesgd_core::sync::lock(&self.tasks).extend(tasks);
         let _ = self.relay.set(node.clone());
         Ok(Arc::new(node))
+    }
+
+    /// Rises with each change of other nodes' relay figures this node applied (`None` before
+    /// [`Cluster::attach_relay`]).
+    pub fn relay_figures_applied(&self) -> Option<watch::Receiver<u64>> {
+        self.relay.get().map(relay::RelayNode::figures_applied)
     }
 
     /// Waits until every relay room this node has members of has its NATS subscription in
@@ -572,6 +587,10 @@ impl Cluster {
         // Its content listeners are gone with it: other nodes stop sending to it.
         if let Some(content) = self.content.get() {
             let _ = tokio::time::timeout(Duration::from_secs(2), content.withdraw_own()).await;
+        }
+        // And its relay clients: they no longer count elsewhere.
+        if let Some(relay) = self.relay.get() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), relay.withdraw_figures()).await;
         }
         for t in mesgd_core::sync::lock(&self.tasks).drain(..) {
             t.abort();

@@ -48,6 +48,7 @@ use tokio::task::JoinHandle;
 
 use crate::content::ContentClusterStats;
 use crate::live::Identity;
+use crate::liveness::NodeLease;
 use crate::lost::Renewals;
 use crate::sessions::store::SessionStore;
 use crate::stats::ClusterStats;
@@ -157,6 +158,9 @@ pub(crate) struct Wills {
     /// Content routing, once attached: a dead node's listener paths are withdrawn with its
     /// lease.
     pub(crate) content: Arc<std::sync::OnceLock<crate::content::ContentNode>>,
+    /// Told every lease the watcher reads, for what follows other nodes' lives (the relay's
+    /// pipes and figures).
+    pub(crate) liveness: Arc<crate::liveness::Liveness>,
 }
 
 /// Sends what this node's previous instance left, writes its lease, and starts the tasks (with
@@ -312,6 +316,10 @@ async fn watch_leases(buckets: Arc<Wills>, broker: Arc<Broker>, me: Identity, st
                         let lease = (e.operation == Operation::Put)
                             .then(|| serde_json::from_slice::<Lease>(&e.value).ok())
                             .flatten();
+                        let state = lease
+                            .as_ref()
+                            .map(|l| NodeLease { instance: l.instance, alive: l.taken_by.is_none() });
+                        buckets.liveness.seen(&e.key, state);
                         seen.insert(e.key.clone(), Seen { lease, revision: e.revision, at: tokio::time::Instant::now() });
                     }
                     _ => break,

@@ -107,6 +107,8 @@ impl End {
 }
 
 type Pending = Pin<Box<dyn Future<Output = Result<Admitted, RelayError>> + Send>>;
+/// A `join_room` on a clustered node: the room, and the count of its members on other nodes.
+type Joining = Pin<Box<dyn Future<Output = (String, u64)> + Send>>;
 type IdentityChange = Pin<Box<dyn Future<Output = LiveIdentity> + Send>>;
 
 /// A registered client's state.
@@ -162,6 +164,9 @@ pub(crate) struct Client {
     limiter: RateLimiter,
     challenge: Option<Box<Challenge>>,
     phase: Phase,
+    /// A `join_room` waiting for the other nodes' member counts (with `[cluster]`); frames
+    /// wait meanwhile, as during a `register`.
+    joining: Option<Joining>,
     /// Output waits until this journal sequence number is durable (`queued`, a new binding).
     gate: Option<u64>,
     /// Output waits until the cluster has confirmed the node's subscriptions as of this
@@ -188,6 +193,7 @@ impl Client {
             origin: Box::new(origin),
             challenge: None,
             phase: Phase::New,
+            joining: None,
             gate: None,
             interest_gate: 0,
             target: None,
@@ -197,9 +203,29 @@ impl Client {
         }
     }
 
-    /// Whether a `register` is being admitted: feed no frames until it is done.
+    /// Whether a `register` is being admitted, or a `join_room` counted: feed no frames until
+    /// it is done.
     pub(crate) fn is_busy(&self) -> bool {
-        matches!(self.phase, Phase::Registering(_))
+        matches!(self.phase, Phase::Registering(_)) || self.joining.is_some()
+    }
+
+    /// Joins `room` once `elsewhere` (its members on the other nodes) is known: the join, and
+    /// `joined_room{members}` with every node's members, come together, so that no room
+    /// message reaches the client before `joined_room`, and frames after `join_room` wait.
+    pub(crate) fn join_later(&mut self, room: String, elsewhere: mesgd_core::cluster::relay::CountFuture) {
+        self.joining = Some(Box::pin(async move { (room, elsewhere.await) }));
+    }
+
+    fn poll_join(&mut self, cx: &mut Context<'_>) {
+        let Some(joining) = self.joining.as_mut() else { return };
+        let Poll::Ready((room, elsewhere)) = joining.as_mut().poll(cx) else { return };
+        self.joining = None;
+        match self.ctx.relay.join_room(&self.outbox, &room) {
+            Ok(here) => {
+                self.reply(&ServerMessage::JoinedRoom { room: &room, members: here as u64 + elsewhere })
+            }
+            Err(e) => self.error(e),
+        }
     }
 
     /// Whether the client holds an address.
@@ -391,6 +417,7 @@ impl Client {
                 Err(e) => self.error(e),
             }
         }
+        self.poll_join(cx);
         let Phase::Registered(reg) = &mut self.phase else { return Ok(false) };
         if let Some(kick) = reg.session.poll_kick(reg.generation, cx.waker()) {
             return Err(End::Kicked(kick));

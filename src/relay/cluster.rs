@@ -5,7 +5,10 @@
 
 use std::sync::{Arc, Weak};
 
-use mesgd_core::cluster::relay::{LocalDelivery, LocalRelay};
+use mesgd_core::cluster::relay::{
+    IncomingPipe, LocalDelivery, LocalRelay, NodeFigures, PipeDelivery, PipePeer,
+};
+use mesgd_core::relay::{RelayError, ServerMessage};
 
 use super::outbox::PushError;
 use crate::context::ServerContext;
@@ -31,6 +34,66 @@ impl LocalRelay for LocalNode {
 
     fn room_deliver(&self, room: &str, body: &[u8]) -> usize {
         self.0.upgrade().map_or(0, |ctx| ctx.relay.room_deliver_remote(room, body))
+    }
+
+    fn pipe_opened(&self, pipe_id: &str, peer: PipePeer) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.pipe_opened(pipe_id, &peer))
+    }
+
+    fn pipe_refused(&self, pipe_id: &str, error: RelayError) {
+        if let Some(ctx) = self.0.upgrade() {
+            ctx.relay.pipe_refused(pipe_id, error);
+        }
+    }
+
+    fn pipe_incoming(&self, open: IncomingPipe<'_>) -> Result<u32, RelayError> {
+        let ctx = self.0.upgrade().ok_or(RelayError::PeerNotConnected)?;
+        ctx.relay.pipe_incoming(open)
+    }
+
+    fn pipe_data(&self, pipe_id: &str, to: &str, node: &str, body: &[u8]) -> PipeDelivery {
+        self.0
+            .upgrade()
+            .map_or(PipeDelivery::Unknown, |ctx| ctx.relay.pipe_data_from(pipe_id, to, node, body))
+    }
+
+    fn pipe_closed(&self, pipe_id: &str, from: &str, node: &str) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.pipe_closed_from(pipe_id, from, node))
+    }
+
+    fn pipes_gone(&self, gone: &dyn Fn(&str, Option<u64>) -> bool) -> usize {
+        self.0.upgrade().map_or(0, |ctx| ctx.relay.pipes_gone(gone))
+    }
+
+    fn wait_here(&self, game: &str, who: &str, ticket: u64) -> Result<(), RelayError> {
+        let ctx = self.0.upgrade().ok_or(RelayError::PeerNotConnected)?;
+        ctx.relay.wait_here(game, who, ticket)
+    }
+
+    fn take_waiter(&self, game: &str, who: &str, ticket: u64) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.take_waiter(game, who, ticket))
+    }
+
+    fn pair_waiter(&self, game: &str, who: &str, ticket: u64, peer: &str) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.pair_waiter(game, who, ticket, peer))
+    }
+
+    fn tell_waiting(&self, game: &str, who: &str, ticket: u64) {
+        if let Some(ctx) = self.0.upgrade() {
+            ctx.relay.tell_waiting(game, who, ticket);
+        }
+    }
+
+    fn tell(&self, who: &str, ticket: u64, message: &ServerMessage<'_>) -> bool {
+        self.0.upgrade().is_some_and(|ctx| ctx.relay.tell(who, ticket, message))
+    }
+
+    fn figures(&self) -> NodeFigures {
+        self.0.upgrade().map_or(NodeFigures::default(), |ctx| ctx.relay.figures())
+    }
+
+    fn room_members(&self, room: &str) -> usize {
+        self.0.upgrade().map_or(0, |ctx| ctx.relay.room_members(room))
     }
 }
 

@@ -74,6 +74,12 @@ impl Client {
                 if !reg.may(Access::Read, Resource::Room(&room)) {
                     return Err(RelayError::NotAuthorized);
                 }
+                if let Some(cluster) = hub.cluster() {
+                    // `joined_room{members}` counts the members on every node.
+                    let elsewhere = cluster.room_members(&room);
+                    self.join_later(room.into_owned(), elsewhere);
+                    return Ok(());
+                }
                 let members = hub.join_room(&self.outbox, &room)?;
                 self.reply(&ServerMessage::JoinedRoom { room: &room, members: members as u64 });
                 Ok(())

@@ -7,6 +7,11 @@
 //! admitted clients to their [`Outbox`], so a direct send is one lookup and one write into the
 //! recipient's queue.
 //!
+//! With `[cluster]`, what crosses nodes goes through the `cluster` seam, and the cluster layer
+//! reaches this node's clients through the methods of the submodules: `remote_pipes` (the ends
+//! of pipes whose other end is on another node) and `remote_matches` (this node's waiters,
+//! paired by the cluster).
+//!
 //! # Locks
 //!
 //! Each structure has its own lock, held for the few hundred nanoseconds of a lookup or an
@@ -23,7 +28,7 @@ use std::time::Instant;
 
 use bytes::{BufMut, BytesMut};
 use mesgd_core::broker::Broker;
-use mesgd_core::cluster::relay::{RelayCluster, RemoteOutcome, RemoteSend};
+use mesgd_core::cluster::relay::{NodeFigures, RelayCluster, RemoteOutcome, RemoteSend};
 use mesgd_core::journal::Change;
 use mesgd_core::relay::capabilities::{Capabilities, ClientLimits};
 use mesgd_core::relay::frame::{MAX_TCP_FRAME, MAX_UDP_DATAGRAM, MAX_WS_FRAME};
@@ -35,9 +40,13 @@ use mesgd_core::relay::{
 };
 use mesgd_core::sync::lock;
 
+use self::remote_pipes::PipeEnd;
 use super::config::Settings;
 use super::outbox::{Outbox, PushError};
 use super::stats::{RelayStats, Sizes};
+
+mod remote_matches;
+mod remote_pipes;
 
 /// A client in the rooms, pipes and matchmaking tables: its outbox, compared by identity.
 #[derive(Clone, Debug)]
@@ -112,7 +121,8 @@ pub struct Hub {
     directory: RwLock<HashMap<Arc<str>, Arc<Outbox>>>,
     store: Mutex<Store>,
     rooms: Mutex<Rooms<Link>>,
-    pipes: Mutex<Pipes<Link>>,
+    /// Pipes with an end here (with `[cluster]`, the other end may be on another node).
+    pipes: Mutex<Pipes<PipeEnd>>,
     matches: Mutex<Matchmaker<Link>>,
     transports: RwLock<Vec<(String, u16)>>,
     turn: OnceLock<TurnConfig>,
@@ -212,9 +222,27 @@ impl Hub {
         self.broker.journal().map(|j| j.record(change()))
     }
 
-    /// The load now (relay connections against `max_connections`, offline bytes against the
-    /// queues' global budget).
+    /// The load now: this node's (relay connections against `max_connections`, offline bytes
+    /// against the queues' global budget), or with `[cluster]` the cluster's when it is higher
+    /// (the connections of every live node with a cap against the sum of their caps, the
+    /// cluster queue's bytes against its budget). The higher of the two is what a client is
+    /// told and what refuses a `register`: this node cannot take more than its own cap,
+    /// and a client should not be told the relay is idle when it is not.
     pub(crate) fn load(&self) -> Load {
+        let node = self.node_load();
+        let Some(cluster) = self.cluster.get() else { return node };
+        let elsewhere = cluster.elsewhere();
+        let mine = if node.max_connections > 0 { node.connections } else { 0 };
+        let whole = Load {
+            connections: mine + elsewhere.connections,
+            max_connections: node.max_connections + elsewhere.max_connections,
+            queued_bytes: elsewhere.queued_bytes,
+            queue_budget: elsewhere.queue_budget,
+        };
+        if whole.factor() > node.factor() { whole } else { node }
+    }
+
+    fn node_load(&self) -> Load {
         let connections =
             RelayStats::get(&self.stats.connections) + RelayStats::get(&self.stats.udp_registered);
         Load {
@@ -222,6 +250,16 @@ impl Hub {
             max_connections: self.settings.max_connections,
             queued_bytes: lock(&self.store).queues.bytes() as u64,
             queue_budget: self.settings.queue.global_bytes as u64,
+        }
+    }
+
+    /// This node's figures, which it publishes for the other nodes (`[cluster]`).
+    pub(crate) fn figures(&self) -> NodeFigures {
+        let load = self.node_load();
+        NodeFigures {
+            addresses: read(&self.directory).len() as u64,
+            connections: load.connections,
+            max_connections: load.max_connections,
         }
     }
 
@@ -250,9 +288,11 @@ impl Hub {
         ServerMessage::TurnCredentials(&creds).encode(buf);
     }
 
-    /// Registered addresses relay-wide.
+    /// Registered addresses relay-wide: with `[cluster]`, this node's and those the other live
+    /// nodes last published.
     pub(crate) fn online_count(&self) -> u64 {
-        read(&self.directory).len() as u64
+        let here = read(&self.directory).len() as u64;
+        here + self.cluster.get().map_or(0, |cluster| cluster.elsewhere().addresses)
     }
 
     /// The outbox of the client holding `addr`.
@@ -356,10 +396,32 @@ impl Hub {
                 }
             }
         }
-        lock(&self.matches).disconnect(&link);
-        let closed = lock(&self.pipes).disconnect(&link);
+        let waited: Vec<Arc<str>> = {
+            let mut matches = lock(&self.matches);
+            let games = match self.cluster.get() {
+                Some(_) => matches.games_of(&link).cloned().collect(),
+                None => Vec::new(),
+            };
+            matches.disconnect(&link);
+            games
+        };
+        self.withdraw_waits(&link, &waited);
+        let closed = lock(&self.pipes).disconnect(&PipeEnd::Local(link));
         for (pipe_id, other) in closed {
-            self.push(&other.0, &ServerMessage::PipeClosed { pipe_id: &pipe_id });
+            self.tell_closed(&other, &pipe_id, addr);
+        }
+    }
+
+    /// Tells the other end of `pipe_id`, closed by this node's end `me`: `pipe_closed` to a
+    /// client here, or to its node.
+    fn tell_closed(&self, other: &PipeEnd, pipe_id: &Arc<str>, me: &Arc<str>) {
+        match other {
+            PipeEnd::Local(link) => self.push(&link.0, &ServerMessage::PipeClosed { pipe_id }),
+            PipeEnd::Remote(far) => {
+                if let (Some(cluster), Some(route)) = (self.cluster.get(), far.route(pipe_id, me)) {
+                    cluster.pipe_closed(&route);
+                }
+            }
         }
     }
 
@@ -517,15 +579,21 @@ impl Hub {
     // ------------------------------------------------------------------ pipes
 
     /// Opens a pipe from `me` to the client holding `to`: `pipe_open` to the opener,
-    /// `pipe_incoming` to the peer.
+    /// `pipe_incoming` to the peer. With `[cluster]`, a peer held on another node is asked
+    /// there, and the opener is told when it answers.
     pub(crate) fn open_pipe(&self, me: &Arc<Outbox>, to: &str) -> Result<(), RelayError> {
         let mine = me.addr().cloned().unwrap_or_else(|| Arc::from(""));
         if *mine == *to {
             return Err(RelayError::PipeToSelf);
         }
-        let peer = self.lookup(to).ok_or(RelayError::PeerNotConnected)?;
+        let Some(peer) = self.lookup(to) else {
+            return match self.cluster.get() {
+                Some(cluster) => self.open_remote_pipe(cluster, me, &mine, to),
+                None => Err(RelayError::PeerNotConnected),
+            };
+        };
         let mut pipes = lock(&self.pipes);
-        let id = pipes.open(&Link(me.clone()), &Link(peer.clone()))?;
+        let id = pipes.open(&PipeEnd::Local(Link(me.clone())), &PipeEnd::Local(Link(peer.clone())))?;
         self.push(me, &ServerMessage::PipeOpen { pipe_id: &id, peer: to });
         self.push(&peer, &ServerMessage::PipeIncoming { pipe_id: &id, peer: &mine });
         Ok(())
@@ -538,7 +606,14 @@ impl Hub {
         data: &mesgd_core::relay::client::PipeData<'_>,
     ) -> Result<(), RelayError> {
         let pipes = lock(&self.pipes);
-        let other = pipes.other_end(&Link(me.clone()), &data.pipe_id)?;
+        let other = match pipes.other_end(&PipeEnd::Local(Link(me.clone())), &data.pipe_id)? {
+            PipeEnd::Local(other) => other,
+            PipeEnd::Remote(far) => {
+                let far = far.clone();
+                drop(pipes);
+                return self.pipe_data_remote(me, &far, data);
+            }
+        };
         match other.0.push_with(|b| data.forward().encode(b)) {
             Ok(()) => Ok(()),
             Err(PushError::TooLarge) => {
@@ -555,9 +630,9 @@ impl Hub {
     /// Closes a pipe at `me`'s request; the other end is told (nothing happens for a pipe `me`
     /// is not an end of).
     pub(crate) fn close_pipe(&self, me: &Arc<Outbox>, pipe_id: &str) {
-        let other = lock(&self.pipes).close(&Link(me.clone()), pipe_id);
-        if let Some(other) = other {
-            self.push(&other.0, &ServerMessage::PipeClosed { pipe_id });
+        let other = lock(&self.pipes).close(&PipeEnd::Local(Link(me.clone())), pipe_id);
+        if let (Some(other), Some(mine)) = (other, me.addr()) {
+            self.tell_closed(&other, &Arc::from(pipe_id), mine);
         }
     }
 
@@ -613,6 +688,11 @@ impl Hub {
         reached
     }
 
+    /// The members of `room` here.
+    pub(crate) fn room_members(&self, room: &str) -> usize {
+        lock(&self.rooms).members(room)
+    }
+
     /// The rooms `me` is in.
     pub(crate) fn rooms_of(&self, me: &Arc<Outbox>) -> Vec<Arc<str>> {
         lock(&self.rooms).rooms_of(&Link(me.clone())).cloned().collect()
@@ -630,10 +710,20 @@ impl Hub {
 
     // ------------------------------------------------------------------ matchmaking
 
-    /// Handles `me`'s `find_match`: `waiting` to it, or `matched` to both.
+    /// Handles `me`'s `find_match`: `waiting` to it, or `matched` to both. With `[cluster]`,
+    /// a caller not waiting in `game` here goes to the cluster, which pairs it with the game's
+    /// waiter on any node, or makes it that waiter.
     pub(crate) fn find_match(&self, me: &Arc<Outbox>, game: &str) -> Result<(), RelayError> {
         let link = Link(me.clone());
         let mut matches = lock(&self.matches);
+        if let Some(cluster) = self.cluster.get() {
+            if matches.games_of(&link).any(|g| **g == *game) {
+                self.push(me, &ServerMessage::Waiting { game });
+                return Ok(());
+            }
+            drop(matches);
+            return cluster.find_match(game, link.addr(), me.id());
+        }
         match matches.find_match(&link, game)? {
             MatchOutcome::Waiting => self.push(me, &ServerMessage::Waiting { game }),
             MatchOutcome::Matched { peer } => {
@@ -651,7 +741,10 @@ impl Hub {
 
     /// Takes `me` out of `game`'s queue.
     pub(crate) fn cancel_match(&self, me: &Arc<Outbox>, game: &str) {
-        lock(&self.matches).cancel(&Link(me.clone()), game);
+        let link = Link(me.clone());
+        if lock(&self.matches).cancel(&link, game) {
+            self.withdraw_waits(&link, &[Arc::from(game)]);
+        }
     }
 }
 

@@ -11,7 +11,9 @@
 //!
 //! - [`config`]: the `[relay]` and `[relay.turn]` tables and the settings derived from them.
 //! - [`hub`]: [`Hub`], the relay's shared state (directory, offline queues and alias bindings,
-//!   rooms, pipes, matchmaking), and [`Restored`], what `state.db` gives back at start.
+//!   rooms, pipes, matchmaking), and [`Restored`], what `state.db` gives back at start; its
+//!   `remote_pipes` holds, with `[cluster]`, the ends of pipes whose other end is on another
+//!   node.
 //! - `outbox`: a client's bounded outbound frame queue, written by any task, emptied by the
 //!   client's own.
 //! - `client`: one client's protocol state whatever the transport: frames in, registration,

@@ -76,6 +76,11 @@ impl Outbox {
         self.id
     }
 
+    /// The largest frame body the client's transport carries.
+    pub(crate) fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
     /// The client's address, once registered.
     pub(crate) fn addr(&self) -> Option<&Arc<str>> {
         self.addr.get()

@@ -29,6 +29,25 @@ pub fn cluster_node_config(dir: &Path, node: &str, nats: &str, tables: &str, clu
     config
 }
 
+/// An in-process relay node `a` and the real binary as relay node `d` (its config and storage
+/// in `dir`), both with the relay listeners and leases of `lease_ms`, in the cluster of `nats`:
+/// for tests that kill `d`.
+pub async fn relay_node_and_process(
+    nats: &crate::common::nats::NatsServer,
+    dir: &Path,
+    lease_ms: u64,
+) -> (crate::common::TestServer, Daemon) {
+    use crate::common::relay::LISTENERS;
+    let a = crate::common::TestServer::start(&format!(
+        "{LISTENERS}[cluster]\nnode = \"a\"\nnats = [{:?}]\nlease_ms = {lease_ms}\n",
+        nats.url
+    ))
+    .await;
+    let config = cluster_node_config(dir, "d", &nats.url, LISTENERS, &format!("lease_ms = {lease_ms}"));
+    let d = Daemon::start(&config, &["mqtt", "relay-tcp", "relay-ws", "relay-udp"]).await;
+    (a, d)
+}
+
 /// A running `mesgd serve`.
 pub struct Daemon {
     pub child: Child,

@@ -115,6 +115,32 @@ pub fn cluster(server: &TestServer) -> &mesgd_cluster::Cluster {
     server.server.as_ref().expect("running").cluster().expect("the node is in a cluster")
 }
 
+/// A relay counter of `server`'s cluster.
+pub fn relay_stat(
+    server: &TestServer,
+    pick: fn(&mesgd_cluster::RelayClusterStats) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    pick(&cluster(server).stats().relay).load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Waits until a relay counter of `server` is `want` (a node counts what it handed on just
+/// after, so a client may see it first), and checks that it stays there for a yield.
+pub async fn relay_counted(
+    server: &TestServer,
+    what: &str,
+    pick: fn(&mesgd_cluster::RelayClusterStats) -> &std::sync::atomic::AtomicU64,
+    want: u64,
+) {
+    within(what, async {
+        while relay_stat(server, pick) < want {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    tokio::task::yield_now().await;
+    assert_eq!(relay_stat(server, pick), want, "{what}");
+}
+
 /// Waits until every subscription made on `server` so far receives other nodes' messages.
 pub async fn synced(server: &TestServer) {
     within("NATS interest in place", cluster(server).interest_synced()).await;

@@ -63,6 +63,13 @@ impl Client {
         Client::connect_to(addr(server, kind), kind, "/relay").await
     }
 
+    /// Connects to `server`'s relay listener of `kind` and registers `addr`.
+    pub async fn registered(server: &TestServer, kind: Kind, addr: &str) -> Client {
+        let mut client = Client::connect(server, kind).await;
+        client.register(addr).await;
+        client
+    }
+
     /// Connects to a relay listener at `to` (WebSocket at `path`, which may carry a query).
     pub async fn connect_to(to: SocketAddr, kind: Kind, path: &str) -> Client {
         let wire = match kind {

@@ -255,11 +255,15 @@ impl RelayNode {
     /// The node a record names as holding `addr`, if any (`Err` when the bucket cannot be
     /// read in time).
     pub(super) async fn holder_of(&self, addr: &str) -> Result<Option<String>, ()> {
+        Ok(self.record_of(addr).await?.map(|r| r.node))
+    }
+
+    /// The record of `addr`, if there is one that reads (`Err` when the bucket cannot be read
+    /// in time).
+    pub(super) async fn record_of(&self, addr: &str) -> Result<Option<Record>, ()> {
         let me = &self.inner;
         match tokio::time::timeout(me.timeout, me.kv.entry(address_token(addr))).await {
-            Ok(Ok(Some(e))) if e.operation == Operation::Put => {
-                Ok(Record::decode(&e.value).ok().map(|r| r.node))
-            }
+            Ok(Ok(Some(e))) if e.operation == Operation::Put => Ok(Record::decode(&e.value).ok()),
             Ok(Ok(_)) => Ok(None),
             _ => Err(()),
         }

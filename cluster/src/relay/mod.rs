@@ -15,11 +15,23 @@
 //!   its messages out (read, then delete each: only one deleter wins) before `registered`.
 //! - **Rooms** (`rooms`): one subject per room, subscribed while this node has a member; a
 //!   `room_send` is published there once and each node hands it to its members once.
+//! - **Pipes** (`pipes`): a pipe whose ends are on two nodes is opened by a request to the
+//!   peer's node (`P`), then its data (`W`) and close (`C`) are published there in order,
+//!   without a reply; the ends of a node that died are closed when its lease is taken over.
+//! - **Matchmaking** (`matches`): one record per game in the bucket, naming the game's one
+//!   waiter; a caller becomes it by compare-and-swap, or takes it by deleting it at the
+//!   revision read (one delete wins) and has its node tell it (`M`).
+//! - **Counts** (`figures`): each node's figures under its own key (`n.<node>`), followed by
+//!   every node, counted while their node's lease holds; a room's members asked of each node
+//!   (`R`) when a client joins it.
 //! - `serve`: the requests other nodes send here.
 //!
 //! JetStream assets: one bucket and one stream whatever the number of clients, no consumer.
 
 mod claims;
+mod figures;
+mod matches;
+mod pipes;
 mod queue;
 mod rooms;
 mod send;
@@ -31,12 +43,16 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream::{self, kv};
-use mesgd_core::cluster::relay::{AliasRule, LocalRelay, RelayClaimFuture, RelayCluster, RemoteSend};
+use mesgd_core::cluster::relay::{
+    AliasRule, CountFuture, Elsewhere, LocalRelay, PipeOpen, PipeRoute, RelayClaimFuture, RelayCluster,
+    RemoteSend,
+};
 use mesgd_core::relay::{QueueLimits, RelayError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 pub use self::stats::RelayClusterStats;
+use crate::liveness::Liveness;
 use crate::stats::ClusterStats;
 
 /// How many flush locks addresses are spread over (a flush of one address at a time here).
@@ -65,8 +81,13 @@ struct Inner {
     kv: kv::Store,
     queue: jetstream::stream::Stream,
     node: Arc<str>,
+    /// This node's process instance, as records name it (hex).
     instance: String,
+    /// The same, as its lease names it.
+    instance_id: u64,
     local: Arc<dyn LocalRelay>,
+    /// Which other node instances are alive.
+    liveness: Arc<Liveness>,
     limits: QueueLimits,
     timeout: Duration,
     stats: Arc<ClusterStats>,
@@ -74,6 +95,14 @@ struct Inner {
     sends: mpsc::Sender<RemoteSend>,
     flush_locks: Vec<tokio::sync::Mutex<()>>,
     rooms: RoomState,
+    /// Pipe data and closes to other nodes, in order.
+    pipe_frames: mpsc::Sender<pipes::PipeFrame>,
+    /// This node's `find_match`es and withdrawals, in order.
+    matches: mpsc::Sender<matches::MatchJob>,
+    /// The games' records this node wrote for its waiters.
+    waiters: matches::OwnWaiters,
+    /// The other nodes' figures.
+    figures: figures::OtherFigures,
 }
 
 /// Which rooms this node wants to receive, and how far its subscriptions have caught up.
@@ -96,6 +125,7 @@ impl RelayNode {
     pub(crate) async fn start(
         client: Client,
         me: &crate::live::Identity,
+        liveness: Arc<Liveness>,
         setup: &RelaySetup,
         local: Arc<dyn LocalRelay>,
         limits: QueueLimits,
@@ -106,6 +136,8 @@ impl RelayNode {
         let queue = queue::stream(&js, &setup.stream, setup.replicas, &limits).await?;
         let (sends, sends_rx) = mpsc::channel(setup.capacity);
         let (room_out, room_rx) = mpsc::channel(setup.capacity);
+        let (pipe_frames, pipe_rx) = mpsc::channel(setup.capacity);
+        let (match_jobs, match_rx) = mpsc::channel(setup.capacity);
         let node = RelayNode {
             inner: Arc::new(Inner {
                 client,
@@ -114,7 +146,9 @@ impl RelayNode {
                 queue,
                 node: me.node.clone(),
                 instance: format!("{:016x}", me.instance),
+                instance_id: me.instance,
                 local,
+                liveness,
                 limits,
                 timeout: setup.timeout,
                 stats,
@@ -128,13 +162,35 @@ impl RelayNode {
                     synced: tokio::sync::watch::channel(0).0,
                     out: room_out,
                 },
+                pipe_frames,
+                matches: match_jobs,
+                waiters: matches::OwnWaiters::default(),
+                figures: figures::OtherFigures::default(),
             }),
         };
         let serving = node.serve().await?;
         let sending = tokio::spawn(node.clone().send_loop(sends_rx));
         let rooms = tokio::spawn(node.clone().follow_rooms());
         let room_sending = tokio::spawn(node.clone().publish_rooms(room_rx));
-        Ok((node, vec![serving, sending, rooms, room_sending]))
+        let pipe_sending = tokio::spawn(node.clone().publish_pipe_frames(pipe_rx));
+        let dead_pipes = tokio::spawn(node.clone().follow_liveness());
+        let matching = tokio::spawn(node.clone().match_loop(match_rx));
+        let publishing = tokio::spawn(node.clone().publish_figures());
+        let following = tokio::spawn(node.clone().follow_figures());
+        Ok((
+            node,
+            vec![
+                serving,
+                sending,
+                rooms,
+                room_sending,
+                pipe_sending,
+                dead_pipes,
+                matching,
+                publishing,
+                following,
+            ],
+        ))
     }
 
     fn stats(&self) -> &RelayClusterStats {
@@ -247,5 +303,35 @@ impl RelayCluster for RelayNode {
         if self.inner.rooms.out.try_send((room.to_owned(), body)).is_err() {
             RelayClusterStats::add(&self.stats().room_queue_full, 1);
         }
+    }
+
+    fn open_pipe(&self, open: PipeOpen) -> Result<(), RelayError> {
+        self.open_remote(open)
+    }
+
+    fn pipe_data(&self, route: &PipeRoute, body: bytes::Bytes) -> Result<(), RelayError> {
+        self.send_pipe_data(route, body)
+    }
+
+    fn pipe_closed(&self, route: &PipeRoute) {
+        self.close_remote(&route.pipe_id, &route.node, &route.me);
+    }
+
+    fn find_match(&self, game: &str, who: &str, ticket: u64) -> Result<(), RelayError> {
+        self.queue_match(matches::MatchJob::Find { game: game.to_owned(), who: who.to_owned(), ticket })
+    }
+
+    fn match_withdrawn(&self, game: &str, who: &str, ticket: u64) {
+        // A full queue leaves the record: the next caller finds the waiter gone.
+        let job = matches::MatchJob::Withdraw { game: game.to_owned(), who: who.to_owned(), ticket };
+        let _ = self.queue_match(job);
+    }
+
+    fn elsewhere(&self) -> Elsewhere {
+        RelayNode::elsewhere(self)
+    }
+
+    fn room_members(&self, room: &str) -> CountFuture {
+        self.room_members_elsewhere(room)
     }
 }

@@ -1,10 +1,12 @@
 //! The requests other nodes send to this node's relay subject `mesgd.relay.<node>`: deliver a
 //! frame to a client here (`D`), whether a client here holds an address (`H`), flush an
-//! address's cluster queue (`F`).
+//! address's cluster queue (`F`), open a pipe to a client here (`P`), data on a pipe (`W`) and
+//! its close (`C`), a waiter here paired by another node (`M`), a room's members here (`R`). One task reads them in order, so each node's pipe frames reach the client
+//! in the order sent.
 
 use async_nats::Subscriber;
 use futures_util::StreamExt;
-use mesgd_core::cluster::relay::{LocalDelivery, node_subject};
+use mesgd_core::cluster::relay::{IncomingPipe, LocalDelivery, PipePeer, node_subject};
 use mesgd_core::cluster::relay_wire::{RelayReply, RelayRequest};
 use tokio::task::JoinHandle;
 
@@ -44,6 +46,30 @@ impl RelayNode {
                     let node = self.clone();
                     tokio::spawn(async move { node.flush_late(&addr).await });
                     None
+                }
+                Ok(RelayRequest::PipeOpen { to, pipe_id, node, instance, max_frame, from }) => {
+                    let opener = PipePeer { node: node.into(), instance, max_frame };
+                    Some(self.pipe_open_here(IncomingPipe {
+                        pipe_id: &pipe_id,
+                        to: &to,
+                        from: &from,
+                        opener: &opener,
+                    }))
+                }
+                Ok(RelayRequest::PipeData { to, pipe_id, node, body }) => {
+                    self.pipe_data_here(&to, &pipe_id, &node, &body);
+                    None
+                }
+                Ok(RelayRequest::PipeClose { from, pipe_id, node }) => {
+                    self.pipe_close_here(&from, &pipe_id, &node);
+                    None
+                }
+                Ok(RelayRequest::Matched { waiter, instance, ticket, game, peer }) => {
+                    Some(self.matched_here(&waiter, instance, ticket, &game, &peer))
+                }
+                Ok(RelayRequest::RoomMembers { room }) => {
+                    let members = self.inner.local.room_members(&room);
+                    Some(RelayReply::Members(u32::try_from(members).unwrap_or(u32::MAX)))
                 }
                 Err(e) => {
                     RelayClusterStats::add(&self.stats().decode_errors, 1);

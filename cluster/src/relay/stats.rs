@@ -67,6 +67,60 @@ pub struct RelayClusterStats {
     pub room_publish_errors: AtomicU64,
     /// Room subscriptions that could not be made.
     pub room_subscribe_errors: AtomicU64,
+    /// Pipes from a client here opened on the peer's node.
+    pub pipes_opened: AtomicU64,
+    /// Pipes from a client of another node opened to a client here.
+    pub pipes_accepted: AtomicU64,
+    /// Pipe opens to another node refused: the peer not connected there, or a pipe cap.
+    pub pipe_opens_refused: AtomicU64,
+    /// Pipe opens not answered in time, with NATS down, or with an unreadable answer.
+    pub pipe_open_failures: AtomicU64,
+    /// `pipe_data` frames published to the other end's node.
+    pub pipe_data_sent: AtomicU64,
+    /// `pipe_data` frames from another node written to the end here.
+    pub pipe_data_received: AtomicU64,
+    /// `pipe_data` frames from another node for a pipe not here (its sender is told it is
+    /// closed).
+    pub pipe_data_unknown: AtomicU64,
+    /// `pipe_data` frames from another node the end here could not take (over its transport
+    /// limit, or past its output cap).
+    pub pipe_data_dropped: AtomicU64,
+    /// Pipe closes published to the other end's node.
+    pub pipe_closes_sent: AtomicU64,
+    /// Pipe closes from another node that closed the end here.
+    pub pipe_closes_received: AtomicU64,
+    /// Pipes closed here because the other end's node instance is gone (lease taken over, or
+    /// restarted).
+    pub pipes_node_gone: AtomicU64,
+    /// Pipe frames refused at once: the queue to NATS was full.
+    pub pipe_queue_full: AtomicU64,
+    /// Pipe frames NATS did not take.
+    pub pipe_publish_errors: AtomicU64,
+    /// Clients here made a game's waiter (its record written in the bucket).
+    pub match_waiting: AtomicU64,
+    /// Pairs made here with a waiter of this node, through the bucket.
+    pub matched_here: AtomicU64,
+    /// Pairs made here with a waiter on another node.
+    pub matched_remote: AtomicU64,
+    /// Waiters here paired by a caller on another node.
+    pub match_told: AtomicU64,
+    /// Waiter records taken whose waiter was gone (left, its node dead, or restarted).
+    pub match_stale: AtomicU64,
+    /// Compare-and-swap conflicts on games' records.
+    pub match_conflicts: AtomicU64,
+    /// Waiter records deleted as their waiter left or lost the right to the game.
+    pub match_withdrawn: AtomicU64,
+    /// `find_match`es or withdrawals that could not reach the bucket or the waiter's node in
+    /// time (the caller was told `relay overloaded, retry later`).
+    pub match_errors: AtomicU64,
+    /// `find_match`es or withdrawals refused at once: the queue to the cluster was full.
+    pub match_queue_full: AtomicU64,
+    /// This node's figures written to the bucket.
+    pub figures_published: AtomicU64,
+    /// Writes of this node's figures that failed (tried again at the next change or tick).
+    pub figures_errors: AtomicU64,
+    /// Nodes that did not answer in time how many members a room has there (counted as none).
+    pub room_count_failures: AtomicU64,
 }
 
 impl RelayClusterStats {
@@ -218,6 +272,140 @@ impl RelayClusterStats {
                 c,
                 get(&self.room_subscribe_errors),
             ),
+            (
+                "relay_pipes_opened",
+                "Pipes from clients here opened on other nodes",
+                c,
+                get(&self.pipes_opened),
+            ),
+            (
+                "relay_pipes_accepted",
+                "Pipes from clients of other nodes opened to clients here",
+                c,
+                get(&self.pipes_accepted),
+            ),
+            (
+                "relay_pipe_opens_refused",
+                "Pipe opens refused by the peer's node (not connected, or a pipe cap)",
+                c,
+                get(&self.pipe_opens_refused),
+            ),
+            (
+                "relay_pipe_open_failures",
+                "Pipe opens to other nodes not answered in time or unreadable",
+                c,
+                get(&self.pipe_open_failures),
+            ),
+            ("relay_pipe_data_sent", "Pipe data frames sent to other nodes", c, get(&self.pipe_data_sent)),
+            (
+                "relay_pipe_data_received",
+                "Pipe data frames from other nodes written to clients here",
+                c,
+                get(&self.pipe_data_received),
+            ),
+            (
+                "relay_pipe_data_unknown",
+                "Pipe data frames from other nodes for pipes not here",
+                c,
+                get(&self.pipe_data_unknown),
+            ),
+            (
+                "relay_pipe_data_dropped",
+                "Pipe data frames from other nodes the end here could not take",
+                c,
+                get(&self.pipe_data_dropped),
+            ),
+            ("relay_pipe_closes_sent", "Pipe closes sent to other nodes", c, get(&self.pipe_closes_sent)),
+            (
+                "relay_pipe_closes_received",
+                "Pipe closes from other nodes that closed an end here",
+                c,
+                get(&self.pipe_closes_received),
+            ),
+            (
+                "relay_pipes_node_gone",
+                "Pipes closed because the other end's node died or restarted",
+                c,
+                get(&self.pipes_node_gone),
+            ),
+            (
+                "relay_pipe_queue_full",
+                "Pipe frames refused: the queue to NATS was full",
+                c,
+                get(&self.pipe_queue_full),
+            ),
+            ("relay_pipe_publish_errors", "Pipe frames NATS did not take", c, get(&self.pipe_publish_errors)),
+            (
+                "relay_match_waiting",
+                "Clients here made a game's waiter in the cluster",
+                c,
+                get(&self.match_waiting),
+            ),
+            ("relay_matched_here", "Pairs made with a waiter of this node", c, get(&self.matched_here)),
+            (
+                "relay_matched_remote",
+                "Pairs made with a waiter on another node",
+                c,
+                get(&self.matched_remote),
+            ),
+            ("relay_match_told", "Waiters here paired by callers on other nodes", c, get(&self.match_told)),
+            ("relay_match_stale", "Game waiter records whose waiter was gone", c, get(&self.match_stale)),
+            (
+                "relay_match_conflicts",
+                "Compare-and-swap conflicts on game records",
+                c,
+                get(&self.match_conflicts),
+            ),
+            (
+                "relay_match_withdrawn",
+                "Game waiter records deleted as their waiter left",
+                c,
+                get(&self.match_withdrawn),
+            ),
+            (
+                "relay_match_errors",
+                "Matchmaking requests that could not reach the cluster in time",
+                c,
+                get(&self.match_errors),
+            ),
+            (
+                "relay_match_queue_full",
+                "Matchmaking requests refused: the queue to the cluster was full",
+                c,
+                get(&self.match_queue_full),
+            ),
+            ("relay_figures_published", "This node's relay figures written", c, get(&self.figures_published)),
+            (
+                "relay_figures_errors",
+                "Writes of this node's relay figures that failed",
+                c,
+                get(&self.figures_errors),
+            ),
+            (
+                "relay_room_count_failures",
+                "Nodes that did not answer a room's member count in time",
+                c,
+                get(&self.room_count_failures),
+            ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every counter of [`super::RelayClusterStats`] is exported under `relay_<field>`, as the
+    /// cluster's own test checks for [`crate::ClusterStats`].
+    #[test]
+    fn every_counter_is_exported() {
+        let fields = crate::stats::counter_fields(include_str!("stats.rs"), "impl RelayClusterStats");
+        let exported = super::RelayClusterStats::default().values();
+        for field in &fields {
+            let name = format!("relay_{field}");
+            assert!(
+                exported.iter().any(|(n, ..)| *n == name),
+                "RelayClusterStats::{field} is not in values()"
+            );
+        }
+        assert_eq!(fields.len(), exported.len(), "a value without its field, or a field counted twice");
     }
 }

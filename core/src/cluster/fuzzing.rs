@@ -87,8 +87,9 @@ pub fn registry_messages(data: &[u8]) {
 }
 
 /// The body of the `cluster_relay` fuzz target (`fuzz/fuzz_targets/cluster_relay.rs`): the
-/// input is read as a relay request and as a reply between nodes, and as an alias binding's
-/// value (never a panic), and whatever is read must read back the same after encoding.
+/// input is read as a relay request and as a reply between nodes, as an alias binding's value
+/// and as a game's waiter record and a node's figures (never a panic), and whatever is read
+/// must read back the same after encoding.
 pub fn relay_messages(data: &[u8]) {
     use super::relay_wire::{RelayReply, RelayRequest};
 
@@ -102,6 +103,12 @@ pub fn relay_messages(data: &[u8]) {
     }
     if let Ok(digest) = super::relay::decode_binding(data) {
         assert_eq!(super::relay::encode_binding(&digest), data, "not the canonical form");
+    }
+    if let Ok(waiter) = super::relay_kv::Waiter::decode(data) {
+        assert_eq!(super::relay_kv::Waiter::decode(&waiter.encode()).ok(), Some(waiter));
+    }
+    if let Ok(figures) = super::relay_kv::Figures::decode(data) {
+        assert_eq!(super::relay_kv::Figures::decode(&figures.encode()).ok(), Some(figures));
     }
 }
 

@@ -21,7 +21,8 @@
 //! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
 //! - [`content`]: content routing's seams to the cluster and its reach header.
 //! - [`relay`]: the relay's seams to the cluster and how addresses are named in NATS;
-//!   [`relay_wire`]: the relay messages between nodes.
+//!   [`relay_wire`]: the relay messages between nodes; [`relay_kv`]: the relay bucket's
+//!   records of games' waiters and nodes' figures.
 //! - this file: the [`Interest`] seam of the router.
 
 pub mod client_key;
@@ -31,6 +32,7 @@ pub mod durable;
 pub mod handover;
 pub mod registry;
 pub mod relay;
+pub mod relay_kv;
 pub mod relay_wire;
 pub mod replay;
 pub mod session_record;

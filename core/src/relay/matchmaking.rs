@@ -87,6 +87,17 @@ impl<H: Clone + Eq + Hash> Matchmaker<H> {
             self.matched += 1;
             return Ok(MatchOutcome::Matched { peer });
         }
+        self.wait(who, game)?;
+        Ok(MatchOutcome::Waiting)
+    }
+
+    /// Puts `who` at the end of `game`'s queue without pairing it (with a cluster, the pairing
+    /// is decided cluster-wide), within the caps; waiting there already changes nothing.
+    pub fn wait(&mut self, who: &H, game: &str) -> Result<(), RelayError> {
+        let mine = self.waiting.get(who);
+        if mine.is_some_and(|games| games.iter().any(|g| &**g == game)) {
+            return Ok(());
+        }
         let refusal = if mine.is_some_and(|games| games.len() >= self.limits.games_per_connection) {
             Some(Limit::GamesPerConnection)
         } else if self.waiters >= self.limits.waiters {
@@ -102,7 +113,7 @@ impl<H: Clone + Eq + Hash> Matchmaker<H> {
         self.games.entry(Arc::clone(&name)).or_default().push_back(who.clone());
         self.waiting.entry(who.clone()).or_default().push(name);
         self.waiters += 1;
-        Ok(MatchOutcome::Waiting)
+        Ok(())
     }
 
     /// Takes `who` out of `game`'s queue; returns whether it was waiting there.
@@ -217,6 +228,19 @@ mod tests {
         mm.find_match(&1, "go").unwrap();
         assert_eq!(mm.find_match(&2, "chess"), Ok(MatchOutcome::Matched { peer: 1 }));
         assert_eq!(mm.find_match(&3, "go"), Ok(MatchOutcome::Matched { peer: 1 }));
+    }
+
+    #[test]
+    fn waiting_without_pairing_keeps_the_caps() {
+        let mut mm = Matchmaker::new(MatchLimits { games_per_connection: 1, waiters: 2 });
+        mm.wait(&1u32, "chess").unwrap();
+        mm.wait(&2, "chess").unwrap();
+        assert_eq!(mm.wait(&1, "chess"), Ok(()), "waiting again changes nothing");
+        assert_eq!(mm.wait(&1, "go"), Err(RelayError::LimitReached(Limit::GamesPerConnection)));
+        assert_eq!(mm.wait(&3, "go"), Err(RelayError::LimitReached(Limit::MatchWaiters)));
+        assert_eq!(mm.waiters(), 2);
+        assert!(mm.cancel(&1, "chess"));
+        assert_eq!(mm.find_match(&4, "chess"), Ok(MatchOutcome::Matched { peer: 2 }));
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! pipe`; a `close_pipe` for one gets no reply (teardown is idempotent: the pipe may just have
 //! been closed from the other side).
 //!
+//! A pipe whose ends are on two nodes of a cluster is in the table of each: opened with
+//! [`Pipes::open`] on the opener's node and taken in under the same id with [`Pipes::accept`]
+//! on the peer's, each table holding its own client's end and a handle for the other.
+//!
 //! Generic over the connection handle `H`, no I/O: methods return who must be told what.
 
 use std::collections::HashMap;
@@ -63,6 +67,34 @@ impl<H: Clone + Eq + Hash> Pipes<H> {
         if opener == peer {
             return Err(RelayError::PipeToSelf);
         }
+        self.check_caps(opener, peer)?;
+        let id = loop {
+            let id = new_pipe_id();
+            if !self.pipes.contains_key(&*id) {
+                break id;
+            }
+        };
+        self.insert(Arc::clone(&id), opener, peer);
+        Ok(id)
+    }
+
+    /// Opens a pipe whose id another table chose (the opener's, on another node), within the
+    /// same caps as [`Pipes::open`]. An id already in use here is refused with `relay
+    /// overloaded, retry later` rather than overwritten (with random 128-bit ids it does not
+    /// happen).
+    pub fn accept(&mut self, pipe_id: Arc<str>, opener: &H, peer: &H) -> Result<(), RelayError> {
+        if opener == peer {
+            return Err(RelayError::PipeToSelf);
+        }
+        self.check_caps(opener, peer)?;
+        if self.pipes.contains_key(&*pipe_id) {
+            return Err(RelayError::Overloaded);
+        }
+        self.insert(pipe_id, opener, peer);
+        Ok(())
+    }
+
+    fn check_caps(&mut self, opener: &H, peer: &H) -> Result<(), RelayError> {
         let full = |h: &H| self.by_connection.get(h).is_some_and(|p| p.len() >= self.limits.per_connection);
         let refusal = if full(opener) || full(peer) {
             Some(Limit::PipesPerConnection)
@@ -71,21 +103,40 @@ impl<H: Clone + Eq + Hash> Pipes<H> {
         } else {
             None
         };
-        if let Some(limit) = refusal {
-            self.refused += 1;
-            return Err(RelayError::LimitReached(limit));
-        }
-        let id = loop {
-            let id = new_pipe_id();
-            if !self.pipes.contains_key(&*id) {
-                break id;
+        match refusal {
+            Some(limit) => {
+                self.refused += 1;
+                Err(RelayError::LimitReached(limit))
             }
-        };
-        self.pipes.insert(Arc::clone(&id), Ends { opener: opener.clone(), peer: peer.clone() });
+            None => Ok(()),
+        }
+    }
+
+    fn insert(&mut self, id: Arc<str>, opener: &H, peer: &H) {
         for end in [opener, peer] {
             self.by_connection.entry(end.clone()).or_default().push(Arc::clone(&id));
         }
-        Ok(id)
+        self.pipes.insert(id, Ends { opener: opener.clone(), peer: peer.clone() });
+    }
+
+    /// The opener and the peer of `pipe_id`.
+    pub fn ends(&self, pipe_id: &str) -> Option<(&H, &H)> {
+        self.pipes.get(pipe_id).map(|e| (&e.opener, &e.peer))
+    }
+
+    /// Every pipe: its id, opener and peer.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &H, &H)> {
+        self.pipes.iter().map(|(id, e)| (id, &e.opener, &e.peer))
+    }
+
+    /// Removes `pipe_id` whoever asks (its other end is on another node, which closed it or is
+    /// gone); returns its opener and peer.
+    pub fn remove(&mut self, pipe_id: &str) -> Option<(H, H)> {
+        let ends = self.pipes.remove(pipe_id)?;
+        for end in [&ends.opener, &ends.peer] {
+            self.forget(end, pipe_id);
+        }
+        Some((ends.opener, ends.peer))
     }
 
     /// The other end of `pipe_id`, where a `pipe_data` from `who` goes; `unknown pipe` unless
@@ -191,6 +242,26 @@ mod tests {
         assert!(pipes.is_empty());
         assert_eq!((pipes.of(&1), pipes.of(&2)), (0, 0));
         assert_eq!(pipes.open(&1, &1), Err(RelayError::PipeToSelf));
+    }
+
+    #[test]
+    fn a_pipe_from_another_table_keeps_its_id_and_caps() {
+        let mut pipes = Pipes::new(PipeLimits { per_connection: 1, total: 2 });
+        let id: Arc<str> = Arc::from("0123456789abcdef0123456789abcdef");
+        pipes.accept(Arc::clone(&id), &10u32, &1).unwrap();
+        assert_eq!(pipes.ends(&id), Some((&10, &1)));
+        assert_eq!(pipes.accept(Arc::clone(&id), &11, &2), Err(RelayError::Overloaded), "an id in use");
+        assert_eq!(
+            pipes.accept(Arc::from("x"), &12, &1),
+            Err(RelayError::LimitReached(Limit::PipesPerConnection))
+        );
+        assert_eq!(pipes.accept(Arc::from("y"), &3, &3), Err(RelayError::PipeToSelf));
+        pipes.open(&4, &5).unwrap();
+        assert_eq!(pipes.accept(Arc::from("z"), &6, &7), Err(RelayError::LimitReached(Limit::Pipes)));
+        assert_eq!(pipes.iter().count(), 2);
+        assert_eq!(pipes.remove(&id), Some((10, 1)));
+        assert_eq!(pipes.remove(&id), None);
+        assert_eq!((pipes.of(&10), pipes.of(&1), pipes.len()), (0, 0, 1));
     }
 
     #[test]
