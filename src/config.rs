@@ -285,6 +285,11 @@ pub struct Limits {
     pub queue_pause_percent: u8,
     /// Bytes (topic + payload) of QoS 1/2 messages in flight to one client, at most.
     pub max_inflight_bytes: usize,
+    /// Topics holding a retained message, at most; a retained publish on a new topic beyond
+    /// it is routed but not kept.
+    pub max_retained_messages: usize,
+    /// Bytes (topic + payload) of all retained messages together, at most.
+    pub max_retained_bytes: usize,
 }
 
 impl Default for Limits {
@@ -308,6 +313,8 @@ impl Default for Limits {
             max_queued_bytes_total: 1 << 30,
             queue_pause_percent: 90,
             max_inflight_bytes: 4 * 1024 * 1024,
+            max_retained_messages: 1_000_000,
+            max_retained_bytes: 1 << 30,
         }
     }
 }

@@ -62,6 +62,7 @@ impl ServerContext {
                 max_inflight_bytes: usize::MAX,
             },
             budget: mesgd_core::session::BudgetLimits::UNLIMITED,
+            retained: mesgd_core::retained::RetainedLimits::UNLIMITED,
         };
         let now = (std::time::Instant::now(), std::time::SystemTime::now());
         let broker = Arc::new(Broker::new(limits, now.0, now.1));
@@ -114,6 +115,13 @@ impl ServerContext {
     /// The limit state: per-address counts and what each limit refused (for metrics).
     pub fn limits(&self) -> &LimitState {
         &self.limits
+    }
+
+    /// What each limit refused, those the broker counts included.
+    pub fn limit_counts(&self) -> crate::limits::LimitCounts {
+        let mut counts = self.limits.counters.snapshot();
+        counts.retained = mesgd_core::broker::Stats::get(&self.broker.stats().retained_refused);
+        counts
     }
 
     /// How many idle connections are parked (without a task of their own) now.

@@ -167,6 +167,10 @@ impl Server {
                 max_inflight_bytes: l.max_inflight_bytes,
             },
             budget: crate::limits::budget::broker_budget(l),
+            retained: mesgd_core::retained::RetainedLimits {
+                max_messages: l.max_retained_messages,
+                max_bytes: l.max_retained_bytes,
+            },
         };
         // The two clocks, read once: the broker derives wall times from the instants it is given.
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
@@ -422,7 +426,7 @@ async fn sys_loop(ctx: Arc<ServerContext>, interval: Duration, mut stop: watch::
             _ = stop.changed() => return,
             _ = ticker.tick() => {}
         }
-        let limits = ctx.limits().counters.snapshot().sys_values();
+        let limits = ctx.limit_counts().sys_values();
         for (topic, value) in sys_values(broker, started).into_iter().chain(limits) {
             let Ok(topic) = TopicName::try_from(format!("$SYS/broker/{topic}")) else { continue };
             broker.publish(Message::new(topic, Bytes::from(value), QoS::AtMostOnce, true, Origin::BROKER));

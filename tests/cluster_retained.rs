@@ -134,3 +134,30 @@ async fn a_delete_leaves_a_tombstone_that_is_purged_later_and_never_a_newer_mess
     assert!(has(&c, "back/x", Some(b"two")) && has(&c, "gone/x", None));
     assert!(has(&a, "back/x", Some(b"two")) && has(&b, "back/x", Some(b"two")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retained_message_past_the_caps_reaches_other_nodes_but_is_not_stored() {
+    let nats = NatsServer::start().await;
+    let caps = "[limits]\nmax_retained_messages = 1\n";
+    let a = node(&nats, "a", caps).await;
+    let b = node(&nats, "b", caps).await;
+    let (mut reader, _) = v3::connect(v3::options("reader", b.port())).await;
+    reader.subscribe("capped/#", QoS::AtLeastOnce).await;
+    let (setter, _) = v3::connect(v3::options("setter", a.port())).await;
+    setter.client.publish("capped/1", QoS::AtLeastOnce, true, "kept").await.unwrap();
+    setter.client.publish("capped/2", QoS::AtLeastOnce, true, "over").await.unwrap();
+    // Both reach the subscriber on the other node, live.
+    let topics: Vec<String> = [reader.next_publish().await, reader.next_publish().await]
+        .iter()
+        .map(|p| p.topic.to_string())
+        .collect();
+    assert_eq!(topics, ["capped/1", "capped/2"]);
+    retained_until(&b, "the kept message on b", |n| has(n, "capped/1", Some(b"kept"))).await;
+    assert_eq!(a.server.as_ref().unwrap().context().limit_counts().retained, 1);
+    // The stream holds only what a kept: a node started now loads capped/1 and nothing else,
+    // even without a cap of its own.
+    let c = node(&nats, "c", "").await;
+    assert!(has(&c, "capped/1", Some(b"kept")));
+    assert!(has(&c, "capped/2", None));
+    assert!(has(&b, "capped/2", None));
+}

@@ -304,3 +304,67 @@ impl Raw {
         raw
     }
 }
+
+#[tokio::test]
+async fn retained_messages_past_the_caps_are_delivered_but_not_kept() {
+    // Weights: topic + payload. "r/0".."r/9" with a 7-byte payload weigh 10 each.
+    let server = TestServer::start(
+        "[limits]\nmax_retained_messages = 3\nmax_retained_bytes = 35\n[mqtt]\nsys_interval = 0\n",
+    )
+    .await;
+    let mut live = Raw::connected(server.addr, V3, "retained-live").await;
+    live.send(&subscribe_packet(1, "r/#", 1, false)).await;
+    assert!(matches!(live.recv().await, Some(Packet::SubAck(_))));
+    let mut publisher = Raw::connected(server.addr, V3, "retained-pub").await;
+    for i in 0..5u16 {
+        publisher.send(&publish_packet(&format!("r/{i}"), 1, Some(i + 1), true, None, b"payload")).await;
+        assert!(
+            matches!(publisher.recv().await, Some(Packet::PubAck(a)) if a.packet_id == i + 1),
+            "PUBACK {i}"
+        );
+        // Every one reaches the subscriber that is there, kept or not.
+        match live.recv().await {
+            Some(Packet::Publish(p)) => assert_eq!(&*p.topic, format!("r/{i}").as_str()),
+            other => panic!("expected r/{i}, got {other:?}"),
+        }
+    }
+    let ctx = server.server.as_ref().unwrap().context();
+    assert_eq!(ctx.limit_counts().retained, 2, "r/3 and r/4 were not kept");
+    // A replacement that fits the bytes is kept; one that does not is refused.
+    publisher.send(&publish_packet("r/0", 1, Some(10), true, None, b"p")).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+    publisher.send(&publish_packet("r/1", 1, Some(11), true, None, &[b'x'; 30])).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+    assert_eq!(ctx.limit_counts().retained, 3);
+
+    // A new subscriber gets what was kept: r/0 (replaced), r/1 (the first one), r/2.
+    let mut late = Raw::connected(server.addr, V3, "retained-late").await;
+    late.send(&subscribe_packet(1, "r/#", 0, false)).await;
+    assert!(matches!(late.recv().await, Some(Packet::SubAck(_))));
+    let mut kept = Vec::new();
+    for _ in 0..3 {
+        match late.recv().await {
+            Some(Packet::Publish(p)) => kept.push((p.topic.to_string(), p.payload.to_vec())),
+            other => panic!("expected a retained message, got {other:?}"),
+        }
+    }
+    kept.sort();
+    let expected: Vec<(String, Vec<u8>)> = vec![
+        ("r/0".into(), b"p".to_vec()),
+        ("r/1".into(), b"payload".to_vec()),
+        ("r/2".into(), b"payload".to_vec()),
+    ];
+    assert_eq!(kept, expected);
+    // Nothing more: a PINGREQ's answer comes next.
+    late.send(&[0xC0, 0]).await;
+    assert!(matches!(late.recv().await, Some(Packet::PingResp)), "only the kept messages are replayed");
+
+    // A delete always goes through, and makes room for a new topic.
+    publisher.send(&publish_packet("r/2", 1, Some(12), true, None, b"")).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+    publisher.send(&publish_packet("r/9", 1, Some(13), true, None, b"payload")).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+    assert_eq!(ctx.broker().retained().len(), 3);
+    assert_eq!(ctx.limit_counts().retained, 3);
+    healthy_exchange(&server, "127.0.0.1", "retained").await;
+}

@@ -53,14 +53,14 @@ pub(crate) struct Forwarder {
 }
 
 impl Forward for Forwarder {
-    fn forward(&self, message: &Arc<Message>) {
+    fn forward(&self, message: &Arc<Message>, keep_retained: bool) {
         if node_local(&message.topic) {
             return;
         }
         if self.live.try_send(message.clone()).is_err() {
             ClusterStats::add(&self.stats.forward_queue_full, 1);
         }
-        if message.retain && self.retained.try_send(message.clone()).is_err() {
+        if message.retain && keep_retained && self.retained.try_send(message.clone()).is_err() {
             ClusterStats::add(&self.stats.retained_queue_full, 1);
         }
     }

@@ -26,6 +26,7 @@ fn broker() -> Broker {
             max_inflight_bytes: 4 << 20,
         },
         budget: BudgetLimits::new(1 << 30, 90),
+        retained: mesgd_core::retained::RetainedLimits::UNLIMITED,
     };
     Broker::new(limits, Instant::now(), std::time::SystemTime::now())
 }

@@ -1,5 +1,12 @@
 //! The retained-message store: the last retained message of each topic, kept in a
 //! [`TopicTree`] so that a subscribe walks only the branches its filter can match.
+//!
+//! It is bounded ([`RetainedLimits`]): any client allowed to publish with the retain flag could
+//! otherwise make the broker keep a message on each of millions of topics. A retained publish
+//! that would take the store past a cap is routed as usual but not kept, and reported as
+//! [`RetainChange::Refused`]; replacing a topic's message counts only the difference, and a
+//! delete is always allowed. What is read back at start-up is kept whatever the caps (nothing
+//! stored is dropped because a cap was lowered), and new messages wait for room under them.
 
 use std::collections::BinaryHeap;
 use std::sync::{Arc, RwLock};
@@ -10,10 +17,43 @@ use crate::sync::{read, write};
 use crate::topic::{TopicFilter, TopicName};
 use crate::trie::TopicTree;
 
+/// The caps of the retained store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetainedLimits {
+    /// Topics holding a retained message, at most.
+    pub max_messages: usize,
+    /// Bytes (topic + payload) of all retained messages together, at most.
+    pub max_bytes: usize,
+}
+
+impl RetainedLimits {
+    /// No caps.
+    pub const UNLIMITED: RetainedLimits = RetainedLimits { max_messages: usize::MAX, max_bytes: usize::MAX };
+}
+
+impl Default for RetainedLimits {
+    fn default() -> Self {
+        RetainedLimits::UNLIMITED
+    }
+}
+
 /// Retained messages by topic.
 #[derive(Debug, Default)]
 pub struct RetainedStore {
-    tree: RwLock<TopicTree<Arc<Message>>>,
+    tree: RwLock<Kept>,
+    limits: RetainedLimits,
+}
+
+/// The messages and their bytes, under one lock.
+#[derive(Debug, Default)]
+struct Kept {
+    tree: TopicTree<Arc<Message>>,
+    bytes: usize,
+}
+
+/// What a retained message weighs against [`RetainedLimits::max_bytes`].
+fn weight(message: &Message) -> usize {
+    message.topic.as_str().len() + message.payload.len()
 }
 
 /// A message ordered by its topic, for [`RetainedStore::page`].
@@ -47,28 +87,55 @@ pub enum RetainChange {
     Removed,
     /// An empty payload on a topic with no retained message: nothing changed.
     Unchanged,
+    /// Not kept: it would have taken the store past one of its [`RetainedLimits`] (the topic's
+    /// previous message, if any, stays).
+    Refused,
 }
 
 impl RetainedStore {
-    /// An empty store.
+    /// An empty store without caps.
     pub fn new() -> Self {
         RetainedStore::default()
     }
 
-    /// Stores `message` as its topic's retained message; an empty payload deletes it.
-    /// The payload is copied into its own allocation: a retained message can live for months and
-    /// must not pin the (larger) read buffer it arrived in.
+    /// An empty store with `limits`.
+    pub fn with_limits(limits: RetainedLimits) -> Self {
+        RetainedStore { tree: RwLock::default(), limits }
+    }
+
+    /// Stores `message` as its topic's retained message, if the caps allow; an empty payload
+    /// deletes it. The payload is copied into its own allocation: a retained message can live
+    /// for months and must not pin the (larger) read buffer it arrived in.
     pub fn set(&self, message: &Arc<Message>) -> RetainChange {
-        let mut tree = write(&self.tree);
+        self.store(message, true)
+    }
+
+    /// As [`RetainedStore::set`] whatever the caps: for what is read back at start-up.
+    pub fn restore(&self, message: &Arc<Message>) -> RetainChange {
+        self.store(message, false)
+    }
+
+    fn store(&self, message: &Arc<Message>, capped: bool) -> RetainChange {
+        let mut kept = write(&self.tree);
         if message.payload.is_empty() {
-            return match tree.remove(&message.topic) {
-                Some(_) => RetainChange::Removed,
+            return match kept.tree.remove(&message.topic) {
+                Some(old) => {
+                    kept.bytes -= weight(&old);
+                    RetainChange::Removed
+                }
                 None => RetainChange::Unchanged,
             };
         }
+        let old = kept.tree.get(&message.topic).map(|m| weight(m));
+        let bytes = kept.bytes - old.unwrap_or(0) + weight(message);
+        let count = kept.tree.len() + usize::from(old.is_none());
+        if capped && (bytes > self.limits.max_bytes || count > self.limits.max_messages) {
+            return RetainChange::Refused;
+        }
         let mut compact = Message::clone(message);
         compact.payload = bytes::Bytes::copy_from_slice(&message.payload);
-        match tree.insert(&message.topic, Arc::new(compact)) {
+        kept.bytes = bytes;
+        match kept.tree.insert(&message.topic, Arc::new(compact)) {
             Some(_) => RetainChange::Replaced,
             None => RetainChange::Added,
         }
@@ -76,9 +143,9 @@ impl RetainedStore {
 
     /// Every unexpired retained message whose topic `filter` matches.
     pub fn matching(&self, filter: &TopicFilter, now: Instant) -> Vec<Arc<Message>> {
-        let tree = read(&self.tree);
+        let kept = read(&self.tree);
         let mut found = Vec::new();
-        tree.for_each_match(filter, |m| {
+        kept.tree.for_each_match(filter, |m| {
             if !m.is_expired(now) {
                 found.push(m.clone());
             }
@@ -88,12 +155,15 @@ impl RetainedStore {
 
     /// The unexpired retained message of `topic`, if there is one.
     pub fn get(&self, topic: &TopicName, now: Instant) -> Option<Arc<Message>> {
-        read(&self.tree).get(topic).filter(|m| !m.is_expired(now)).cloned()
+        read(&self.tree).tree.get(topic).filter(|m| !m.is_expired(now)).cloned()
     }
 
     /// Removes the retained message of `topic`; returns whether there was one.
     pub fn remove(&self, topic: &TopicName) -> bool {
-        write(&self.tree).remove(topic).is_some()
+        let mut kept = write(&self.tree);
+        let Some(old) = kept.tree.remove(topic) else { return false };
+        kept.bytes -= weight(&old);
+        true
     }
 
     /// One page of the unexpired retained messages `filter` matches, ordered by topic: at most
@@ -112,8 +182,8 @@ impl RetainedStore {
         if limit == 0 {
             return Vec::new();
         }
-        let tree = read(&self.tree);
-        tree.for_each_match(filter, |m| {
+        let kept_store = read(&self.tree);
+        kept_store.tree.for_each_match(filter, |m| {
             if m.is_expired(now) || after.is_some_and(|a| m.topic.as_str() <= a) {
                 return;
             }
@@ -124,21 +194,39 @@ impl RetainedStore {
                 kept.push(ByTopic(m.clone()));
             }
         });
-        drop(tree);
+        drop(kept_store);
         kept.into_sorted_vec().into_iter().map(|m| m.0).collect()
     }
 
     /// Removes expired messages; returns how many.
     pub fn sweep_expired(&self, now: Instant) -> usize {
-        let mut tree = write(&self.tree);
-        let before = tree.len();
-        tree.retain(|m| !m.is_expired(now));
-        before - tree.len()
+        let mut kept = write(&self.tree);
+        let before = kept.tree.len();
+        let mut freed = 0;
+        kept.tree.retain(|m| {
+            let keep = !m.is_expired(now);
+            if !keep {
+                freed += weight(m);
+            }
+            keep
+        });
+        kept.bytes -= freed;
+        before - kept.tree.len()
     }
 
     /// How many topics hold a retained message.
     pub fn len(&self) -> usize {
-        read(&self.tree).len()
+        read(&self.tree).tree.len()
+    }
+
+    /// The bytes (topics + payloads) of every retained message together.
+    pub fn bytes(&self) -> usize {
+        read(&self.tree).bytes
+    }
+
+    /// The caps.
+    pub fn limits(&self) -> RetainedLimits {
+        self.limits
     }
 
     /// Whether no topic holds a retained message.
@@ -181,6 +269,47 @@ mod tests {
         assert_eq!(store.set(&msg("a/b", b"")), RetainChange::Removed);
         assert_eq!(store.set(&msg("a/b", b"")), RetainChange::Unchanged);
         assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn the_caps_refuse_what_would_pass_them_and_count_only_differences() {
+        // Weights: topic + payload bytes. "t/1" + 7 bytes = 10.
+        let store = RetainedStore::with_limits(RetainedLimits { max_messages: 2, max_bytes: 25 });
+        assert_eq!(store.set(&msg("t/1", b"1234567")), RetainChange::Added);
+        assert_eq!(store.set(&msg("t/2", b"1234567")), RetainChange::Added);
+        assert_eq!((store.len(), store.bytes()), (2, 20));
+        // A third topic passes the count cap.
+        assert_eq!(store.set(&msg("t/3", b"1")), RetainChange::Refused);
+        // A replacement counts the difference: 20 - 10 + 15 = 25 fits, 26 does not.
+        assert_eq!(store.set(&msg("t/1", b"123456789012")), RetainChange::Replaced);
+        assert_eq!(store.bytes(), 25);
+        assert_eq!(store.set(&msg("t/2", b"12345678")), RetainChange::Refused);
+        let now = Instant::now();
+        assert_eq!(&store.get(&TopicName::try_from("t/2").unwrap(), now).unwrap().payload[..], b"1234567");
+        // A delete is always allowed, and frees room.
+        assert_eq!(store.set(&msg("t/1", b"")), RetainChange::Removed);
+        assert_eq!((store.len(), store.bytes()), (1, 10));
+        assert_eq!(store.set(&msg("t/3", b"1")), RetainChange::Added);
+        assert!(store.remove(&TopicName::try_from("t/3").unwrap()));
+        assert_eq!((store.len(), store.bytes()), (1, 10));
+        // What start-up reads back is kept over the caps; new ones then wait for room.
+        assert_eq!(store.restore(&msg("r/1", b"123456789012345678901234567")), RetainChange::Added);
+        assert_eq!((store.len(), store.bytes()), (2, 40));
+        assert_eq!(store.set(&msg("r/1", b"1")), RetainChange::Replaced, "smaller is always room");
+        assert_eq!(store.bytes(), 14);
+    }
+
+    #[test]
+    fn expiry_frees_its_bytes() {
+        let store = RetainedStore::with_limits(RetainedLimits { max_messages: 10, max_bytes: 12 });
+        let now = Instant::now();
+        let mut m = Message::clone(&msg("e/1", b"1234567"));
+        m = m.with_expiry_interval(Some(1), now);
+        assert_eq!(store.set(&Arc::new(m)), RetainChange::Added);
+        assert_eq!(store.set(&msg("e/2", b"1234567")), RetainChange::Refused);
+        assert_eq!(store.sweep_expired(now + Duration::from_secs(2)), 1);
+        assert_eq!(store.bytes(), 0);
+        assert_eq!(store.set(&msg("e/2", b"1234567")), RetainChange::Added);
     }
 
     #[test]

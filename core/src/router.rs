@@ -124,6 +124,9 @@ pub struct RouteStats {
     /// The cluster store's sequence number of the message, when it was handed to one
     /// ([`crate::cluster::durable`]): the publisher's acknowledgement waits for it.
     pub stored_seq: Option<u64>,
+    /// A retained message that the retained store's caps kept from being stored (it was
+    /// routed all the same; counted in [`crate::broker::Stats::retained_refused`]).
+    pub retain_refused: bool,
 }
 
 /// The subscription index and delivery fan-out.

@@ -51,6 +51,10 @@ pub struct LimitCounts {
     pub body_size: u64,
     /// See [`LimitCounters::relay_caps`].
     pub relay_caps: u64,
+    /// Retained messages routed but not kept at `limits.max_retained_messages` or
+    /// `max_retained_bytes`: counted by the broker (`Stats::retained_refused`), so 0 in
+    /// [`LimitCounters::snapshot`]; [`crate::context::ServerContext::limit_counts`] fills it in.
+    pub retained: u64,
 }
 
 impl LimitCounters {
@@ -72,6 +76,7 @@ impl LimitCounters {
             logins_throttled: read(&self.logins_throttled),
             body_size: read(&self.body_size),
             relay_caps: read(&self.relay_caps),
+            retained: 0,
         }
     }
 }
@@ -84,7 +89,7 @@ impl LimitCounts {
 
     /// Every count with its `$SYS` topic below `$SYS/broker/` (`limits/<name>`); the
     /// Prometheus family `mesgd_limit_refusals_total` labels them with `<name>`.
-    pub fn by_name(&self) -> [(&'static str, u64); 9] {
+    pub fn by_name(&self) -> [(&'static str, u64); 10] {
         [
             ("limits/max_connections", self.max_connections),
             ("limits/connections_per_ip", self.connections_per_ip),
@@ -95,6 +100,7 @@ impl LimitCounts {
             ("limits/logins_throttled", self.logins_throttled),
             ("limits/body_size", self.body_size),
             ("limits/relay_caps", self.relay_caps),
+            ("limits/retained", self.retained),
         ]
     }
 }

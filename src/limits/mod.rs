@@ -51,6 +51,8 @@ pub struct LimitLogs {
     pub body_size: LogOnce,
     /// The relay's count caps (`[relay] max_rooms_per_connection`, …).
     pub relay_caps: LogOnce,
+    /// `limits.max_retained_messages`, `limits.max_retained_bytes`.
+    pub retained: LogOnce,
     /// `limits.max_queued_bytes_total`: publishers paused.
     pub queue_budget: LogOnce,
     /// `limits.max_queued_bytes_total`: deliveries dropped at the hard cap.
@@ -68,6 +70,7 @@ impl Default for LimitLogs {
             body_timeouts: LogOnce::new(LOG_INTERVAL),
             body_size: LogOnce::new(LOG_INTERVAL),
             relay_caps: LogOnce::new(LOG_INTERVAL),
+            retained: LogOnce::new(LOG_INTERVAL),
             queue_budget: LogOnce::new(LOG_INTERVAL),
             queue_budget_drops: LogOnce::new(LOG_INTERVAL),
         }
@@ -136,5 +139,29 @@ impl LimitState {
         };
         LimitCounters::add(counter);
         log.tripped(now)
+    }
+
+    /// Logs, at most once per interval, that a client's retained message on `topic` was routed
+    /// but not kept because the retained store is at a cap (the broker counted it:
+    /// `Stats::retained_refused`).
+    pub fn log_retained_refused(
+        &self,
+        topic: &str,
+        store: &mesgd_core::retained::RetainedStore,
+        now: Instant,
+    ) {
+        if let Some(more) = self.logs.retained.tripped(now) {
+            let caps = store.limits();
+            let shown: String = topic.chars().take(64).collect();
+            tracing::warn!(
+                topic = shown,
+                retained_messages = store.len(),
+                retained_bytes = store.bytes(),
+                max_retained_messages = caps.max_messages,
+                max_retained_bytes = caps.max_bytes,
+                more_since_last_line = more,
+                "retained message delivered but not kept: the retained store is at its cap"
+            );
+        }
     }
 }

@@ -27,7 +27,7 @@ impl LimitsCollector {
 impl Collector for LimitsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
         let Some(ctx) = self.ctx.upgrade() else { return Ok(()) };
-        let counts = ctx.limits().counters.snapshot();
+        let counts = ctx.limit_counts();
         let series = counts.by_name().map(|(name, n)| ([("limit", name.trim_start_matches("limits/"))], n));
         counters(
             &mut encoder,

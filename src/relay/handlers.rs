@@ -106,8 +106,14 @@ impl Client {
                     return Err(RelayError::InvalidField("retain"));
                 }
                 let origin = Origin::client(Some(reg.session.id()), addr);
+                // Kept only to name it in a log line, should the retained store refuse it.
+                let retained_topic = retain.then(|| topic.clone());
                 let message = Message::new(topic, mqtt_payload(frame, &ct), QoS::AtMostOnce, retain, origin);
-                ctx.broker.publish_as(&reg.acl, message).map_err(|_| RelayError::NotAuthorized)?;
+                let routed =
+                    ctx.broker.publish_as(&reg.acl, message).map_err(|_| RelayError::NotAuthorized)?;
+                if let (true, Some(topic)) = (routed.retain_refused, &retained_topic) {
+                    ctx.limits.log_retained_refused(topic.as_str(), ctx.broker.retained(), now);
+                }
                 Ok(())
             }
             ClientMessage::Register(_) => Err(RelayError::AlreadyRegistered),

@@ -54,7 +54,7 @@ use self::timers::Timers;
 use crate::cluster::registry::{self, SessionRegistry};
 use crate::journal::{Change, Journal};
 use crate::model::{Delivery, SessionExpiry, SessionId, SessionKey, Will};
-use crate::retained::RetainedStore;
+use crate::retained::{RetainedLimits, RetainedStore};
 use crate::router::Router;
 pub use crate::session::RestoredEntry;
 use crate::session::{BudgetLimits, QueueBudget, QueueLimits, Session};
@@ -67,6 +67,8 @@ pub struct BrokerLimits {
     pub queue: QueueLimits,
     /// The broker-wide budget for the bytes every session holds together.
     pub budget: BudgetLimits,
+    /// The caps of the retained store.
+    pub retained: RetainedLimits,
 }
 
 /// What opening a session found.
@@ -109,7 +111,7 @@ impl Broker {
             limits,
             budget: Arc::new(QueueBudget::new(limits.budget)),
             router: Router::new(),
-            retained: RetainedStore::new(),
+            retained: RetainedStore::with_limits(limits.retained),
             sessions: Mutex::new(SessionTable::default()),
             connect_locks: Mutex::new(HashMap::new()),
             timers: Mutex::new(Timers::default()),

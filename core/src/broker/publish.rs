@@ -40,8 +40,10 @@ pub fn is_reserved_topic(topic: &TopicName) -> bool {
 /// cluster layer forwards each one to the nodes that have an interest in it; a message that
 /// came from another node ([`crate::model::Origin::node`] set) is never forwarded again.
 pub trait Forward: Send + Sync + fmt::Debug {
-    /// Called once per message published here, after local routing.
-    fn forward(&self, message: &Arc<Message>);
+    /// Called once per message published here, after local routing. `keep_retained` is false
+    /// for a retained message that this node's retained store refused at its caps: it still goes
+    /// to the other nodes' subscribers, but not into the cluster's retained state.
+    fn forward(&self, message: &Arc<Message>, keep_retained: bool);
     /// Called when an operator cleared the retained message of `topic` here (the REST API), so
     /// that it is cleared on every node.
     fn clear_retained(&self, topic: &TopicName) {
@@ -101,15 +103,23 @@ impl Broker {
             _ => (Arc::new(message), None),
         };
         let mut retained_seq = None;
+        let mut retain_refused = false;
         if message.retain {
-            let change = self.retained.set(&message);
-            if change != RetainChange::Unchanged {
-                let kept = (!message.payload.is_empty()).then(|| message.clone());
-                retained_seq =
-                    self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
+            match self.retained.set(&message) {
+                RetainChange::Unchanged => {}
+                RetainChange::Refused => {
+                    Stats::add(&self.stats.retained_refused, 1);
+                    retain_refused = true;
+                }
+                _ => {
+                    let kept = (!message.payload.is_empty()).then(|| message.clone());
+                    retained_seq =
+                        self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
+                }
             }
         }
         let mut stats = self.router.route(&message);
+        stats.retain_refused = retain_refused;
         if stats.dropped > 0 {
             self.stats.dropped(DropReason::QueueFull, stats.dropped as u64);
         }
@@ -120,7 +130,7 @@ impl Broker {
         stats.stored_seq = stored_seq;
         if message.origin.node.is_none() {
             if let Some(forward) = self.forward.get() {
-                forward.forward(&message);
+                forward.forward(&message, !retain_refused);
             }
         }
         stats
@@ -173,7 +183,9 @@ impl Broker {
     pub fn apply_retained(&self, message: Message) -> RetainChange {
         let message = Arc::new(message);
         let change = self.retained.set(&message);
-        if change != RetainChange::Unchanged {
+        if change == RetainChange::Refused {
+            Stats::add(&self.stats.retained_refused, 1);
+        } else if change != RetainChange::Unchanged {
             let kept = (!message.payload.is_empty()).then(|| message.clone());
             self.record(|| Change::Retained { topic: message.topic.clone(), message: kept });
         }

@@ -72,6 +72,7 @@ impl Broker {
 
     /// Brings back a stored retained message at start-up.
     pub fn restore_retained(&self, message: &Arc<Message>) {
-        self.retained.set(message);
+        // Kept whatever the caps: nothing stored is dropped because a cap was lowered.
+        self.retained.restore(message);
     }
 }

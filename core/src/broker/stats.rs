@@ -36,6 +36,8 @@ pub struct Stats {
     pub dropped_expired: AtomicU64,
     /// Of [`Stats::messages_dropped`]: larger than the receiver accepts.
     pub dropped_too_large: AtomicU64,
+    /// Retained publishes routed but not kept: the retained store was at one of its caps.
+    pub retained_refused: AtomicU64,
     /// Traffic per protocol, in the order of [`TRAFFIC_PROTOCOLS`].
     traffic: [Traffic; TRAFFIC_PROTOCOLS.len()],
 }

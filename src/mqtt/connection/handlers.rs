@@ -195,6 +195,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let mut reason = ReasonCode::Success;
         if first_time {
             let origin = Origin::client(Some(self.core.session.id()), self.core.session.client_id().clone());
+            // Kept only to name it in a log line, should the retained store refuse it.
+            let retained_topic = p.retain.then(|| topic.clone());
             let mut message = Message::new(topic, p.payload, p.qos, p.retain, origin);
             if v5 {
                 message.properties = MessageProperties::from(&p.properties);
@@ -207,6 +209,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             self.routed |= routed.delivered > 0;
             if routed.over_budget > 0 {
                 self.log_budget_drop();
+            }
+            if let (true, Some(topic)) = (routed.retain_refused, &retained_topic) {
+                self.core.ctx.limits.log_retained_refused(topic.as_str(), broker.retained(), self.now);
             }
             if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
                 reason = ReasonCode::NoMatchingSubscribers;
