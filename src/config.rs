@@ -290,6 +290,9 @@ pub struct Limits {
     pub max_retained_messages: usize,
     /// Bytes (topic + payload) of all retained messages together, at most.
     pub max_retained_bytes: usize,
+    /// Sessions held at most (online or not) before a client asking for a new session that
+    /// outlives its connection is refused.
+    pub max_sessions: usize,
 }
 
 impl Default for Limits {
@@ -315,6 +318,7 @@ impl Default for Limits {
             max_inflight_bytes: 4 * 1024 * 1024,
             max_retained_messages: 1_000_000,
             max_retained_bytes: 1 << 30,
+            max_sessions: 1_000_000,
         }
     }
 }
@@ -448,6 +452,12 @@ impl Config {
         if l.max_connections_per_ip == 0 {
             return Err(invalid("limits.max_connections_per_ip", "must be at least 1"));
         }
+        if l.max_sessions < l.max_connections {
+            return Err(invalid(
+                "limits.max_sessions",
+                "must be at least limits.max_connections: the sessions of connected clients count",
+            ));
+        }
         if l.max_subscriptions_per_client == 0 {
             return Err(invalid("limits.max_subscriptions_per_client", "must be at least 1"));
         }
@@ -525,6 +535,10 @@ mod tests {
             ),
             ("", "listeners"),
             ("[storage]\ndri = \"x\"\n", "dri"),
+            (
+                "[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n[limits]\nmax_sessions = 99999\n",
+                "limits.max_sessions",
+            ),
         ];
         for (text, key) in cases {
             let err = Config::from_toml(text, None).unwrap_err().to_string();

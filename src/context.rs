@@ -63,6 +63,7 @@ impl ServerContext {
             },
             budget: mesgd_core::session::BudgetLimits::UNLIMITED,
             retained: mesgd_core::retained::RetainedLimits::UNLIMITED,
+            max_sessions: usize::MAX,
         };
         let now = (std::time::Instant::now(), std::time::SystemTime::now());
         let broker = Arc::new(Broker::new(limits, now.0, now.1));

@@ -171,6 +171,7 @@ impl Server {
                 max_messages: l.max_retained_messages,
                 max_bytes: l.max_retained_bytes,
             },
+            max_sessions: l.max_sessions,
         };
         // The two clocks, read once: the broker derives wall times from the instants it is given.
         let broker = Arc::new(Broker::new(limits, Instant::now(), SystemTime::now()));
@@ -352,6 +353,12 @@ impl Server {
     /// Every bound listener.
     pub fn listeners(&self) -> &[BoundListener] {
         &self.listeners
+    }
+
+    /// How many client connections every listener holds now (each until its task, or its
+    /// parked connection, ends).
+    pub fn open_connections(&self) -> usize {
+        self.connections.open()
     }
 
     /// The address of the listener called `name`.

@@ -40,7 +40,10 @@ async fn healthy_exchange(server: &TestServer, source: &str, tag: &str) {
     }
     let mut publisher = Raw::open_from(server.addr, ip(source), V3).await;
     publisher.send(&connect_bytes(4, &format!("{tag}-pub"), 0x02)).await;
-    assert!(matches!(publisher.recv().await, Some(Packet::ConnAck(c)) if !c.reason_code.is_error()));
+    match publisher.recv().await {
+        Some(Packet::ConnAck(c)) => assert!(!c.reason_code.is_error(), "{tag}: publisher {c:?}"),
+        other => panic!("{tag}: publisher: {other:?}"),
+    }
     publisher.send(&publish_packet(&topic, 1, Some(7), false, None, b"still fine")).await;
     assert!(matches!(publisher.recv().await, Some(Packet::PubAck(a)) if a.packet_id == 7), "{tag}: PUBACK");
     match sub.recv().await {
@@ -367,4 +370,63 @@ async fn retained_messages_past_the_caps_are_delivered_but_not_kept() {
     assert_eq!(ctx.broker().retained().len(), 3);
     assert_eq!(ctx.limit_counts().retained, 3);
     healthy_exchange(&server, "127.0.0.1", "retained").await;
+}
+
+/// An MQTT 5 CONNECT asking for a session that outlives the connection (expiry one hour).
+fn connect_v5_persistent(client_id: &str) -> Vec<u8> {
+    let mut body = common::packets::mqtt_str("MQTT");
+    body.extend_from_slice(&[5, 0x00, 0, 60]);
+    body.extend(common::packets::property_block(&[0x11, 0, 0, 0x0E, 0x10]));
+    body.extend_from_slice(&common::packets::mqtt_str(client_id));
+    common::packets::packet(0x10, &body)
+}
+
+#[tokio::test]
+async fn max_sessions_refuses_new_persistent_sessions_only() {
+    let server = TestServer::start("[limits]\nmax_connections = 3\nmax_sessions = 3\n").await;
+    // Three persistent sessions, left offline (3.1.1 clean session 0).
+    for i in 0..3 {
+        let mut raw = Raw::open(server.addr, V3).await;
+        raw.send(&connect_bytes(4, &format!("kept-{i}"), 0x00)).await;
+        assert!(
+            matches!(raw.recv().await, Some(Packet::ConnAck(c)) if !c.reason_code.is_error()),
+            "kept-{i}"
+        );
+        raw.send(&[0xE0, 0]).await;
+        raw.until_closed().await;
+    }
+    let ctx = server.server.as_ref().unwrap().context();
+    // A fourth is refused: 5.0 with 0x97, 3.1.1 with return code 3 (server unavailable).
+    let mut v5 = Raw::open(server.addr, V5).await;
+    v5.send(&connect_v5_persistent("fourth-5")).await;
+    match v5.recv().await {
+        Some(Packet::ConnAck(c)) => assert_eq!(c.reason_code, ReasonCode::QuotaExceeded),
+        other => panic!("expected CONNACK 0x97, got {other:?}"),
+    }
+    let mut v3 = Raw::open(server.addr, V3).await;
+    v3.send(&connect_bytes(4, "fourth-3", 0x00)).await;
+    match v3.recv().await {
+        Some(Packet::ConnAck(c)) => assert_eq!(c.reason_code, ReasonCode::ServerUnavailable, "3.x code 3"),
+        other => panic!("expected CONNACK 3, got {other:?}"),
+    }
+    assert_eq!(ctx.limit_counts().sessions, 2);
+    assert_eq!(ctx.broker().session_count(), 3);
+    // The refused connections are closed (their places in max_connections free again).
+    assert!(v5.until_closed().await.is_empty() && v3.until_closed().await.is_empty());
+    // A client resuming its own session, and clients with clean sessions, still connect.
+    let mut back = Raw::open(server.addr, V3).await;
+    back.send(&connect_bytes(4, "kept-0", 0x00)).await;
+    assert!(matches!(back.recv().await, Some(Packet::ConnAck(c)) if c.session_present));
+    back.send(&[0xE0, 0]).await;
+    back.until_closed().await;
+    // Every place in max_connections is free once the server has ended those connections.
+    let running = server.server.as_ref().unwrap();
+    common::within("the closed connections' places back", async {
+        while running.open_connections() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    healthy_exchange(&server, "127.0.0.1", "sessions").await;
+    assert_eq!(ctx.limit_counts().sessions, 2);
 }

@@ -27,6 +27,7 @@ fn broker() -> Broker {
         },
         budget: BudgetLimits::new(1 << 30, 90),
         retained: mesgd_core::retained::RetainedLimits::UNLIMITED,
+        max_sessions: usize::MAX,
     };
     Broker::new(limits, Instant::now(), std::time::SystemTime::now())
 }

@@ -27,6 +27,8 @@ pub struct LimitCounters {
     /// Relay requests refused by a count cap (rooms, pipes, games, subscriptions, alias
     /// bindings: per connection or relay-wide; the relay's own counters say which).
     pub relay_caps: AtomicU64,
+    /// Connects refused a new session that outlives its connection at `limits.max_sessions`.
+    pub sessions: AtomicU64,
 }
 
 /// A plain copy of [`LimitCounters`] at one moment.
@@ -51,6 +53,8 @@ pub struct LimitCounts {
     pub body_size: u64,
     /// See [`LimitCounters::relay_caps`].
     pub relay_caps: u64,
+    /// See [`LimitCounters::sessions`].
+    pub sessions: u64,
     /// Retained messages routed but not kept at `limits.max_retained_messages` or
     /// `max_retained_bytes`: counted by the broker (`Stats::retained_refused`), so 0 in
     /// [`LimitCounters::snapshot`]; [`crate::context::ServerContext::limit_counts`] fills it in.
@@ -76,6 +80,7 @@ impl LimitCounters {
             logins_throttled: read(&self.logins_throttled),
             body_size: read(&self.body_size),
             relay_caps: read(&self.relay_caps),
+            sessions: read(&self.sessions),
             retained: 0,
         }
     }
@@ -89,7 +94,7 @@ impl LimitCounts {
 
     /// Every count with its `$SYS` topic below `$SYS/broker/` (`limits/<name>`); the
     /// Prometheus family `mesgd_limit_refusals_total` labels them with `<name>`.
-    pub fn by_name(&self) -> [(&'static str, u64); 10] {
+    pub fn by_name(&self) -> [(&'static str, u64); 11] {
         [
             ("limits/max_connections", self.max_connections),
             ("limits/connections_per_ip", self.connections_per_ip),
@@ -101,6 +106,7 @@ impl LimitCounts {
             ("limits/body_size", self.body_size),
             ("limits/relay_caps", self.relay_caps),
             ("limits/retained", self.retained),
+            ("limits/sessions", self.sessions),
         ]
     }
 }

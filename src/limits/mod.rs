@@ -53,6 +53,8 @@ pub struct LimitLogs {
     pub relay_caps: LogOnce,
     /// `limits.max_retained_messages`, `limits.max_retained_bytes`.
     pub retained: LogOnce,
+    /// `limits.max_sessions`.
+    pub sessions: LogOnce,
     /// `limits.max_queued_bytes_total`: publishers paused.
     pub queue_budget: LogOnce,
     /// `limits.max_queued_bytes_total`: deliveries dropped at the hard cap.
@@ -71,6 +73,7 @@ impl Default for LimitLogs {
             body_size: LogOnce::new(LOG_INTERVAL),
             relay_caps: LogOnce::new(LOG_INTERVAL),
             retained: LogOnce::new(LOG_INTERVAL),
+            sessions: LogOnce::new(LOG_INTERVAL),
             queue_budget: LogOnce::new(LOG_INTERVAL),
             queue_budget_drops: LogOnce::new(LOG_INTERVAL),
         }
@@ -97,6 +100,8 @@ pub enum Tripped {
     BodySize,
     /// A relay count cap (rooms, pipes, games, subscriptions, alias bindings).
     RelayCap,
+    /// `limits.max_sessions`: a new session that outlives its connection was refused.
+    Sessions,
 }
 
 /// The limit state of a running server: what the front ends consult and update.
@@ -136,6 +141,7 @@ impl LimitState {
             Tripped::BodyTimeout => (&self.counters.body_timeouts, &self.logs.body_timeouts),
             Tripped::BodySize => (&self.counters.body_size, &self.logs.body_size),
             Tripped::RelayCap => (&self.counters.relay_caps, &self.logs.relay_caps),
+            Tripped::Sessions => (&self.counters.sessions, &self.logs.sessions),
         };
         LimitCounters::add(counter);
         log.tripped(now)

@@ -283,6 +283,16 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
         Err(e @ AdmitError::Registry(ClaimError::IdTooLong)) => {
             refuse!(ReasonCode::ClientIdentifierNotValid, "{e}")
         }
+        Err(e @ AdmitError::SessionsFull) => {
+            if let Some(more) = ctx.limits.trip(Tripped::Sessions, crate::clock::now()) {
+                tracing::warn!(
+                    sessions = ctx.broker.session_count(),
+                    more_since_last_line = more,
+                    "new persistent session refused: limits.max_sessions reached (raise it, or shorten max_session_expiry so abandoned sessions end sooner)"
+                );
+            }
+            refuse!(ReasonCode::QuotaExceeded, "{e}")
+        }
         // In a cluster, also the session registry out of reach: fail closed (0x88, 3.x 0x03).
         Err(e) => refuse!(ReasonCode::ServerUnavailable, "{e}"),
     };

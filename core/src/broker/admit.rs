@@ -63,6 +63,10 @@ pub enum AdmitError {
     /// The cluster-wide session registry could not make this node the key's owner.
     #[error(transparent)]
     Registry(#[from] ClaimError),
+    /// A new session that outlives its connection would take the broker past
+    /// [`BrokerLimits::max_sessions`](super::BrokerLimits::max_sessions).
+    #[error("the broker holds its maximum of sessions (limits.max_sessions)")]
+    SessionsFull,
 }
 
 /// Serialises connects of one key (takeover, session open) across connections.
@@ -103,6 +107,17 @@ impl Broker {
     /// attached closes it again as taken over.
     pub async fn admit(&self, request: Admission, now: Instant) -> Result<Admitted, AdmitError> {
         let _held = self.lock_client(&request.key).await;
+        // Only a session that outlives its connection can pile up (a clean one lives as long
+        // as its connection, which `max_connections` bounds), so only such a new one is
+        // refused: clients with clean sessions, and clients resuming theirs, still connect
+        // when the cap is full of abandoned sessions. Checked before the cluster claim, which
+        // must not be made for a client refused here.
+        if request.expiry != SessionExpiry::OnDisconnect
+            && self.session(&request.key).is_none()
+            && self.session_count() >= self.limits.max_sessions
+        {
+            return Err(AdmitError::SessionsFull);
+        }
         let cluster = self.registry.get().filter(|_| registry::tracked(&request.key));
         let mut now = now;
         let mut handover = Handover::default();

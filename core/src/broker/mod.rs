@@ -69,6 +69,10 @@ pub struct BrokerLimits {
     pub budget: BudgetLimits,
     /// The caps of the retained store.
     pub retained: RetainedLimits,
+    /// Sessions held at most before a new session that outlives its connection is refused
+    /// ([`Broker::admit`]); sessions of connected clients count, so it must exceed the
+    /// connections a node takes.
+    pub max_sessions: usize,
 }
 
 /// What opening a session found.

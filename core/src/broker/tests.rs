@@ -23,6 +23,7 @@ fn broker() -> Broker {
             },
             budget: crate::session::BudgetLimits::UNLIMITED,
             retained: crate::retained::RetainedLimits::UNLIMITED,
+            max_sessions: usize::MAX,
         },
         Instant::now(),
         SystemTime::now(),
@@ -356,6 +357,28 @@ fn a_live_identity_change_installs_new_rules_or_revokes() {
     ));
 }
 
+#[tokio::test]
+async fn max_sessions_refuses_only_a_new_session_that_outlives_its_connection() {
+    let mut limits = broker().limits();
+    limits.max_sessions = 2;
+    let b = Broker::new(limits, Instant::now(), SystemTime::now());
+    let now = Instant::now();
+    let persistent = |id: &str| admission(SessionKey::mqtt(id), OnConflict::TakeOver);
+    let first = b.admit(persistent("p1"), now).await.unwrap();
+    b.admit(persistent("p2"), now).await.unwrap();
+    assert_eq!(b.session_count(), 2);
+    // A third persistent one is refused, and nothing of it is kept.
+    assert!(matches!(b.admit(persistent("p3"), now).await, Err(AdmitError::SessionsFull)));
+    assert_eq!(b.session_count(), 2);
+    assert!(b.session(&SessionKey::mqtt("p3")).is_none());
+    // A clean one still connects (its session ends with it), and so does a resumed one.
+    let clean = Admission { expiry: SessionExpiry::OnDisconnect, clean_start: true, ..persistent("c1") };
+    b.admit(clean, now).await.unwrap();
+    assert!(first.session.detach(first.generation, now));
+    let again = b.admit(persistent("p1"), now).await.unwrap();
+    assert!(again.present, "resumed");
+}
+
 #[test]
 fn wall_time_is_derived_from_the_instant_passed_in() {
     let mono = Instant::now();
@@ -370,6 +393,7 @@ fn wall_time_is_derived_from_the_instant_passed_in() {
             },
             budget: crate::session::BudgetLimits::UNLIMITED,
             retained: crate::retained::RetainedLimits::UNLIMITED,
+            max_sessions: usize::MAX,
         },
         mono,
         wall,
