@@ -238,6 +238,16 @@ impl Server {
             "Parked MQTT connections whose TCP socket waits outside the async runtime's reactor",
             ctx.parking.sockets_watched_gauge(),
         );
+        if let Some(directory) = ctx.services.get::<mesgd_providers::builtin::UserDirectory>() {
+            // A builtin user's change reaches its connected clients through their sessions: the
+            // broker wakes them, and each sees its live identity changed.
+            let broker = Arc::downgrade(&ctx.broker);
+            directory.on_identity_change(Box::new(move |names| {
+                if let Some(broker) = broker.upgrade() {
+                    broker.wake_users(names);
+                }
+            }));
+        }
         if let Some(cluster) = &cluster {
             ctx.metrics.register_collector(Box::new(ClusterCollector::new(cluster.stats().clone())));
             // Before the listeners: the first login already sees the cluster's users.

@@ -206,36 +206,53 @@ impl IdentityUpdater {
 
     /// Another handle for a new connection of the same account.
     pub fn subscribe(&self) -> LiveIdentity {
-        LiveIdentity(self.0.subscribe())
+        LiveIdentity::from(self.0.subscribe())
     }
 }
 
-/// The connection's side of a live identity: it learns of rule changes at its next ACL check
-/// (a cheap version compare) and can await revocation.
+impl From<watch::Receiver<IdentityState>> for LiveIdentity {
+    fn from(receiver: watch::Receiver<IdentityState>) -> Self {
+        LiveIdentity { receiver, closed_seen: false }
+    }
+}
+
+/// The connection's side of a live identity: a cheap check ([`LiveIdentity::has_changed`])
+/// whenever the connection is polled, which the provider makes happen by waking the
+/// connection's session (or which [`LiveIdentity::changed`] awaits).
 #[derive(Clone, Debug)]
-pub struct LiveIdentity(watch::Receiver<IdentityState>);
+pub struct LiveIdentity {
+    receiver: watch::Receiver<IdentityState>,
+    /// The provider dropped its side (a revocation is published last, then the entry goes),
+    /// and [`LiveIdentity::current`] has read what it left.
+    closed_seen: bool,
+}
 
 impl LiveIdentity {
     /// A new live identity with its updater.
     pub fn channel(initial: IdentityState) -> (IdentityUpdater, LiveIdentity) {
         let (tx, rx) = watch::channel(initial);
-        (IdentityUpdater(tx), LiveIdentity(rx))
+        (IdentityUpdater(tx), LiveIdentity::from(rx))
     }
 
-    /// Whether the provider published a change that this handle has not yet seen.
+    /// Whether the provider published a change that this handle has not yet seen. A provider
+    /// that dropped its side counts as one change, once: its last state (a revocation, say)
+    /// may not have been read yet, and a closed channel no longer says which it was.
     pub fn has_changed(&self) -> bool {
-        self.0.has_changed().unwrap_or(false)
+        self.receiver.has_changed().unwrap_or(!self.closed_seen)
     }
 
     /// The current state, marking it seen.
     pub fn current(&mut self) -> IdentityState {
-        self.0.borrow_and_update().clone()
+        if self.receiver.has_changed().is_err() {
+            self.closed_seen = true;
+        }
+        self.receiver.borrow_and_update().clone()
     }
 
     /// Waits until the provider publishes a change. Never completes once the provider is gone:
     /// an identity whose provider was dropped stays as it was.
     pub async fn changed(&mut self) {
-        if self.0.changed().await.is_err() {
+        if self.receiver.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -502,6 +519,31 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_identity_sees_each_change_once_and_a_revocation_left_by_a_dropped_provider() {
+        let (updater, mut live) = LiveIdentity::channel(IdentityState::Active(None));
+        assert!(!live.has_changed());
+        updater.set(IdentityState::Active(Some(Arc::from(Vec::new()))));
+        assert!(live.has_changed());
+        assert_eq!(live.current(), IdentityState::Active(Some(Arc::from(Vec::new()))));
+        assert!(!live.has_changed(), "seen");
+        // The provider publishes a revocation and forgets the entry, as the builtin one does.
+        let mut other = updater.subscribe();
+        updater.set(IdentityState::Revoked(Revocation::Disabled));
+        drop(updater);
+        for handle in [&mut live, &mut other] {
+            assert!(handle.has_changed(), "the last state is still to be read");
+            assert_eq!(handle.current(), IdentityState::Revoked(Revocation::Disabled));
+            assert!(!handle.has_changed(), "and then nothing more");
+        }
+        // A provider that goes without a last word reads as one change of nothing.
+        let (updater, mut quiet) = LiveIdentity::channel(IdentityState::Active(None));
+        drop(updater);
+        assert!(quiet.has_changed());
+        assert_eq!(quiet.current(), IdentityState::Active(None));
+        assert!(!quiet.has_changed());
+    }
 
     /// A provider with a fixed answer, for exercising the chain's ordering rules.
     struct Fixed {

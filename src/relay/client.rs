@@ -109,8 +109,6 @@ impl End {
 type Pending = Pin<Box<dyn Future<Output = Result<Admitted, RelayError>> + Send>>;
 /// A `join_room` on a clustered node: the room, and the count of its members on other nodes.
 type Joining = Pin<Box<dyn Future<Output = (String, u64)> + Send>>;
-type IdentityChange = Pin<Box<dyn Future<Output = LiveIdentity> + Send>>;
-
 /// A registered client's state.
 pub(crate) struct Registered {
     pub(crate) addr: Arc<str>,
@@ -118,7 +116,9 @@ pub(crate) struct Registered {
     pub(crate) generation: u64,
     pub(crate) acl: Acl,
     username: Option<Arc<str>>,
-    identity_change: Option<IdentityChange>,
+    /// The provider's live view of the identity, if it keeps one: a change is seen when the
+    /// provider wakes the session, not awaited.
+    live: Option<LiveIdentity>,
     pub(crate) identity_expires: Option<Instant>,
     /// Write decisions on `$relay/addr/<to>` for recent send targets.
     allowed: Vec<(Box<str>, bool)>,
@@ -422,7 +422,9 @@ impl Client {
         if let Some(kick) = reg.session.poll_kick(reg.generation, cx.waker()) {
             return Err(End::Kicked(kick));
         }
-        self.poll_identity(cx)?;
+        // After poll_kick registered this task with the session: a change published after
+        // this check wakes it through the session.
+        self.poll_identity()?;
         if self.outbox.pending() >= DRAIN_HIGH_WATER {
             return Ok(false);
         }
@@ -448,7 +450,6 @@ impl Client {
                 if self.origin.transport == Transport::Udp {
                     RelayStats::add(&ctx.relay.stats().udp_registered, 1);
                 }
-                let identity_change = identity.live.clone().map(watch_identity);
                 tracing::debug!(addr = claim.address(), provider = %identity.provider, "relay client registered");
                 self.phase = Phase::Registered(Box::new(Registered {
                     addr: Arc::from(claim.address()),
@@ -456,7 +457,7 @@ impl Client {
                     generation,
                     acl,
                     username: identity.username.as_deref().map(Arc::from),
-                    identity_change,
+                    live: identity.live,
                     identity_expires,
                     allowed: Vec::new(),
                 }));
@@ -471,10 +472,9 @@ impl Client {
     /// Applies a live change the identity's provider made, through the broker; rooms and
     /// matchmaking waits the new rules no longer allow are left, and an address they no longer
     /// allow ends the connection.
-    fn poll_identity(&mut self, cx: &mut Context<'_>) -> Result<(), End> {
+    fn poll_identity(&mut self) -> Result<(), End> {
         let Phase::Registered(reg) = &mut self.phase else { return Ok(()) };
-        let Some(change) = reg.identity_change.as_mut() else { return Ok(()) };
-        let Poll::Ready(mut live) = change.as_mut().poll(cx) else { return Ok(()) };
+        let Some(live) = reg.live.as_mut().filter(|live| live.has_changed()) else { return Ok(()) };
         match self.ctx.broker.refresh_identity(&reg.session, live.current(), reg.username.as_deref()) {
             IdentityUpdate::Rules(acl) => {
                 reg.acl = acl;
@@ -494,8 +494,7 @@ impl Client {
                         hub.cancel_match(&self.outbox, &game);
                     }
                 }
-                reg.identity_change = Some(watch_identity(live));
-                self.poll_identity(cx)
+                Ok(())
             }
             IdentityUpdate::Revoked(kick) => Err(End::Kicked(kick)),
         }
@@ -552,11 +551,4 @@ impl Client {
             }
         }
     }
-}
-
-fn watch_identity(mut live: LiveIdentity) -> IdentityChange {
-    Box::pin(async move {
-        live.changed().await;
-        live
-    })
 }

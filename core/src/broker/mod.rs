@@ -200,6 +200,25 @@ impl Broker {
         lock(&self.sessions).values().cloned().collect()
     }
 
+    /// Wakes the connections of every online session whose client is one of `usernames` (a
+    /// provider changed their identity: each connection then sees the change at once, without
+    /// holding a wait of its own for it). One pass over the sessions, made only when a
+    /// provider's change lands.
+    pub fn wake_users(&self, usernames: &[&str]) {
+        if usernames.is_empty() {
+            return;
+        }
+        let woken: Vec<Arc<Session>> = lock(&self.sessions)
+            .values()
+            .filter(|s| s.is_online())
+            .filter(|s| s.client().and_then(|c| c.username.clone()).is_some_and(|u| usernames.contains(&&*u)))
+            .cloned()
+            .collect();
+        for session in woken {
+            session.wake();
+        }
+    }
+
     /// Every session with a connection attached.
     pub fn online_sessions(&self) -> Vec<Arc<Session>> {
         lock(&self.sessions).values().filter(|s| s.is_online()).cloned().collect()

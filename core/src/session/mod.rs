@@ -319,6 +319,15 @@ impl Session {
         }
     }
 
+    /// Wakes the attached connection (its task, or its parking lot), to look again at what
+    /// may have changed outside the session: a provider's change of its identity.
+    pub fn wake(&self) {
+        let waker = self.state().waker.take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     /// The pending kick for connection `generation`, if any. A connection's poll loop uses
     /// [`Session::poll_kick`] instead: this registers no waker.
     pub fn take_kick(&self, generation: u64) -> Option<Kick> {

@@ -62,6 +62,8 @@ struct Inner {
     wake: mpsc::Sender<Option<oneshot::Sender<()>>>,
     /// Counts applied changes, for whoever wants to react to them (an admin view, a test).
     applied: watch::Sender<u64>,
+    /// Told the usernames whose published state changed, after each change is published.
+    identity_hook: std::sync::OnceLock<IdentityHook>,
     /// What store reads on a miss learnt in this generation of the copy.
     misses: Mutex<MissState>,
     /// One store read on a miss at a time.
@@ -74,6 +76,10 @@ struct Inner {
     check: Mutex<Connection>,
     checked_version: AtomicI64,
 }
+
+/// Told the usernames whose identity state a change published (see
+/// [`UserDirectory::on_identity_change`]).
+pub type IdentityHook = Box<dyn Fn(&[&str]) + Send + Sync>;
 
 /// A username that connected clients hold, with the state last published to them.
 struct Tracked {
@@ -110,6 +116,7 @@ impl UserDirectory {
             poll_interval_ms: AtomicU64::new(DEFAULT_POLL_INTERVAL.as_millis() as u64),
             wake,
             applied: watch::Sender::new(0),
+            identity_hook: std::sync::OnceLock::new(),
             misses: Mutex::new(MissState::new(Instant::now())),
             read_slot: Arc::new(Semaphore::new(1)),
             lookup_counts: LookupCounts::default(),
@@ -273,6 +280,14 @@ impl UserDirectory {
         self.inner.lookup_counts.stats()
     }
 
+    /// Installs `hook`, called (on the poll thread, once per applied change) with the usernames
+    /// whose connected clients were just published a new identity state: the broker wakes
+    /// those clients' connections with it, so that none holds a wait of its own for a change
+    /// (about 160 bytes per idle connection). Only the first hook is kept.
+    pub fn on_identity_change(&self, hook: IdentityHook) {
+        let _ = self.inner.identity_hook.set(hook);
+    }
+
     /// A counter that moves each time a change to the store has been applied (after connected
     /// clients were told): await [`watch::Receiver::changed`] to learn of the next one.
     pub fn changes(&self) -> watch::Receiver<u64> {
@@ -337,8 +352,19 @@ impl Inner {
         self.lock_misses().found(username)
     }
 
-    /// Installs a freshly read copy of the store and publishes what changed.
+    /// Installs a freshly read copy of the store and publishes what changed; then tells the
+    /// identity hook whose state it published (outside the lock).
     fn apply(&self, fresh: Snapshot) {
+        let published = self.publish(fresh);
+        if let (Some(hook), false) = (self.identity_hook.get(), published.is_empty()) {
+            let names: Vec<&str> = published.iter().map(String::as_str).collect();
+            hook(&names);
+        }
+        self.applied.send_modify(|count| *count += 1);
+    }
+
+    /// Installs `fresh` and publishes the changed states; returns the usernames published to.
+    fn publish(&self, fresh: Snapshot) -> Vec<String> {
         let mut live = self.lock_live();
         let old = self.snapshot.swap(Arc::new(fresh));
         // After the swap: a store read begun in the old generation has its answer dropped (the
@@ -354,16 +380,18 @@ impl Inner {
         if !changed.is_empty() {
             self.verify_cache.invalidate_users(&changed);
         }
+        let mut published = Vec::new();
         live.retain(|name, tracked| {
             let state = state_of(fresh.get(name));
             if state != tracked.state {
                 tracked.updater.set(state.clone());
                 tracked.state = state;
+                published.push(name.clone());
             }
             // A revoked identity is final; only clients still connected need the entry.
             !matches!(tracked.state, IdentityState::Revoked(_)) && tracked.updater.is_in_use()
         });
-        self.applied.send_modify(|count| *count += 1);
+        published
     }
 
     /// Drops the entries of usernames no client holds any more.

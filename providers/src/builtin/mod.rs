@@ -40,7 +40,7 @@ pub use admin::{AdminRecord, NewToken, Scope, TokenRecord};
 pub use admin_cli::{AdminCommand, TokenCommand, run_admin_command};
 pub use admin_replica::{ReplicatedAdmin, ReplicatedApiToken};
 pub use cli::{AclCommand, CliError, RuleSelector, UserCommand, run_acl_command, run_user_command};
-pub use live::UserDirectory;
+pub use live::{IdentityHook, UserDirectory};
 pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
 pub use replica::{ReplicaError, ReplicatedRole, ReplicatedUser};

@@ -32,7 +32,6 @@ mod poll;
 mod tests;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -135,8 +134,6 @@ fn kick_reason(kick: Kick) -> ReasonCode {
     }
 }
 
-type IdentityChange = Pin<Box<dyn Future<Output = LiveIdentity> + Send>>;
-
 /// MQTT 5 topic aliases in both directions.
 #[derive(Default)]
 struct Aliases {
@@ -154,7 +151,9 @@ pub(crate) struct Core<S> {
     generation: u64,
     username: Option<Arc<str>>,
     acl: Acl,
-    identity_change: Option<IdentityChange>,
+    /// The provider's live view of the identity, if it keeps one: a change is seen when the
+    /// provider wakes the session ([`mesgd_core::broker::Broker::wake_users`]), not awaited.
+    live: Option<LiveIdentity>,
     identity_expires: Option<Instant>,
     /// The keep-alive in seconds as negotiated, 0 for none: 2 bytes, where an `Option<Duration>`
     /// would take 16 in every idle connection ([`Core::keep_alive`] is the deadline's span).
@@ -223,12 +222,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         inbuf: BytesMut,
         connack: &Packet,
     ) -> Self {
-        let identity_change = a.identity.live.clone().map(|mut live| -> IdentityChange {
-            Box::pin(async move {
-                live.changed().await;
-                live
-            })
-        });
         let window = a.client_receive_maximum.min(ctx.mqtt.max_inflight);
         if let Some(will) = &a.will {
             // In a cluster, kept where another node finds it should this one die.
@@ -242,7 +235,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             generation: a.generation,
             username: a.username,
             acl: a.acl,
-            identity_change,
+            live: a.identity.live.clone(),
             identity_expires: a.identity_expires,
             keep_alive_s: u16::try_from(a.keep_alive.as_secs()).unwrap_or(u16::MAX),
             last_received: crate::clock::now(),

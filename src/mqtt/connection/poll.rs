@@ -42,7 +42,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             if let Some(kick) = self.core.session.poll_kick(self.core.generation, cx.waker()) {
                 return Poll::Ready(End::Kicked(kick));
             }
-            if let Some(end) = self.poll_identity(cx) {
+            // After poll_kick registered this task with the session: a change published after
+            // this check wakes it through the session.
+            if let Some(end) = self.poll_identity() {
                 return Poll::Ready(end);
             }
             // Output first: a connection woken because messages were queued for it writes them
@@ -227,9 +229,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
 
     /// Applies a live change the identity's provider made (rules edited, account disabled or
     /// deleted) through the broker's one implementation of it.
-    fn poll_identity(&mut self, cx: &mut Context<'_>) -> Option<End> {
-        let change = self.core.identity_change.as_mut()?;
-        let Poll::Ready(mut live) = change.as_mut().poll(cx) else { return None };
+    fn poll_identity(&mut self) -> Option<End> {
+        let live = self.core.live.as_mut().filter(|live| live.has_changed())?;
         match self.core.ctx.broker.refresh_identity(
             &self.core.session,
             live.current(),
@@ -238,12 +239,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             IdentityUpdate::Rules(acl) => {
                 self.core.acl = acl;
                 tracing::info!("rules changed: new ACL applies from now on");
-                self.core.identity_change = Some(Box::pin(async move {
-                    live.changed().await;
-                    live
-                }));
-                // Poll the new future once so it registers the waker.
-                self.poll_identity(cx)
+                None
             }
             IdentityUpdate::Revoked(kick) => Some(End::Kicked(kick)),
         }
