@@ -275,6 +275,9 @@ impl Server {
         if let Some(cluster) = &cluster {
             crate::relay::cluster::attach(&ctx, cluster).await?;
             crate::content::cluster::attach(&ctx, cluster).await?;
+            if config.listeners.iter().any(|l| l.kind == ListenerKind::Http) {
+                crate::http::api::cluster::attach(&ctx, cluster).await?;
+            }
         }
         if let Some(turn) = config.relay.load_turn(&config).map_err(StartError::Relay)? {
             ctx.relay.set_turn(turn);

@@ -10,12 +10,10 @@ mod common;
 #[path = "common/content.rs"]
 mod content;
 
-use std::sync::Arc;
-
 use common::nats::NatsServer;
 use common::within;
 use content::{Carrier, ContentServer};
-use mesgd_providers::builtin::{AuthType, Scope, Store, UserDirectory, UserRecord, config_db_path};
+use mesgd_providers::builtin::{AuthType, Scope, UserRecord};
 
 /// A node whose builtin store is polled every 50 ms, in the cluster on `nats`.
 async fn node(nats: &NatsServer, name: &str) -> ContentServer {
@@ -26,19 +24,9 @@ async fn node(nats: &NatsServer, name: &str) -> ContentServer {
     .await
 }
 
-/// The node's store, opened as another process (the command line) would.
-fn store(node: &ContentServer) -> Store {
-    Store::open(&config_db_path(&node.storage())).expect("store")
-}
-
-fn directory(node: &ContentServer) -> Arc<UserDirectory> {
-    let server = node.server.as_ref().expect("running");
-    server.context().services().get::<UserDirectory>().expect("the builtin store is open")
-}
-
 /// Waits until `node` has installed a copy of its store in which `done` holds for alice.
 async fn alice_on(node: &ContentServer, what: &str, done: impl Fn(Option<&UserRecord>) -> bool) {
-    let directory = directory(node);
+    let directory = node.directory();
     let mut changes = directory.changes();
     within(what, async {
         while !done(directory.records().get("alice").map(|r| &**r)) {
@@ -74,7 +62,7 @@ async fn roles_and_patterns_reach_every_node_and_a_grant_of_one_node_holds_on_th
     let nats = NatsServer::start().await;
     let a = node(&nats, "a").await;
     let b = node(&nats, "b").await;
-    let on_a = store(&a);
+    let on_a = a.store();
     on_a.set_pbkdf2_iterations(1000).expect("iterations");
     on_a.add_user("alice", AuthType::Basic, Some(b"pw"), false).expect("user");
     on_a.add_role("ops").expect("role");
@@ -88,7 +76,7 @@ async fn roles_and_patterns_reach_every_node_and_a_grant_of_one_node_holds_on_th
         patterns(u) == ["/room=attic", "/room=lobby"] && u.is_some_and(|u| u.roles == ["ops"])
     })
     .await;
-    let on_b = store(&b);
+    let on_b = b.store();
     assert_eq!(on_b.role("ops").expect("ops on b").patterns, ["/room=lobby"]);
     assert_eq!(on_b.direct_patterns("alice").expect("alice on b"), ["/room=attic"]);
 
@@ -118,7 +106,7 @@ async fn roles_and_patterns_reach_every_node_and_a_grant_of_one_node_holds_on_th
     .await;
     within("the role to be gone from b's store", async {
         while on_b.roles().expect("roles").iter().any(|r| r.name == "ops") {
-            directory(&b).changes().changed().await.expect("directory running");
+            b.directory().changes().changed().await.expect("directory running");
         }
     })
     .await;
@@ -135,7 +123,7 @@ async fn an_api_token_and_an_administrator_of_one_node_work_on_the_other_until_r
     let nats = NatsServer::start().await;
     let a = node(&nats, "a").await;
     let b = node(&nats, "b").await;
-    let (on_a, on_b) = (store(&a), store(&b));
+    let (on_a, on_b) = (a.store(), b.store());
     on_a.set_pbkdf2_iterations(1000).expect("iterations");
     on_a.add_admin("root", b"a long admin password", Scope::Admin).expect("admin");
     // The REST API answers only while some administrator exists.
@@ -144,7 +132,7 @@ async fn an_api_token_and_an_administrator_of_one_node_work_on_the_other_until_r
     assert_eq!(users_api(&a, &made.token).await, 200);
     within("the token to reach b", async {
         while users_api(&b, &made.token).await != 200 {
-            directory(&b).changes().changed().await.expect("directory running");
+            b.directory().changes().changed().await.expect("directory running");
         }
     })
     .await;
@@ -155,7 +143,7 @@ async fn an_api_token_and_an_administrator_of_one_node_work_on_the_other_until_r
     let from_b = on_b.create_token("deploy", Scope::Admin).expect("API token on b");
     within("b's token to reach a", async {
         while users_api(&a, &from_b.token).await != 200 {
-            directory(&a).changes().changed().await.expect("directory running");
+            a.directory().changes().changed().await.expect("directory running");
         }
     })
     .await;
@@ -164,14 +152,14 @@ async fn an_api_token_and_an_administrator_of_one_node_work_on_the_other_until_r
     on_a.revoke_token("ci").expect("revoked");
     within("the revocation to reach b", async {
         while users_api(&b, &made.token).await != 401 {
-            directory(&b).changes().changed().await.expect("directory running");
+            b.directory().changes().changed().await.expect("directory running");
         }
     })
     .await;
     on_b.remove_admin("root").expect("removed");
     within("the removal to reach a", async {
         while on_a.verify_admin("root", b"a long admin password").expect("a's store").is_some() {
-            directory(&a).changes().changed().await.expect("directory running");
+            a.directory().changes().changed().await.expect("directory running");
         }
     })
     .await;

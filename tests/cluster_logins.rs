@@ -9,13 +9,12 @@ mod common;
 #[path = "common/content.rs"]
 mod content;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::nats::NatsServer;
 use common::{v3, within};
 use content::ContentServer;
-use mesgd_providers::builtin::{AuthType, Store, StoreError, UserDirectory, config_db_path};
+use mesgd_providers::builtin::{AuthType, StoreError};
 
 /// A node with the `session` provider before the builtin store (polled every 50 ms), an MQTT
 /// listener besides the http one, in the cluster on `nats`.
@@ -29,14 +28,9 @@ async fn node(nats: &NatsServer, name: &str) -> ContentServer {
     .await
 }
 
-fn directory(node: &ContentServer) -> Arc<UserDirectory> {
-    let server = node.server.as_ref().expect("running");
-    server.context().services().get::<UserDirectory>().expect("the builtin store is open")
-}
-
 /// Waits until `node` has installed `username` (replicated from another node).
 async fn has_user(node: &ContentServer, username: &str) {
-    let directory = directory(node);
+    let directory = node.directory();
     let mut changes = directory.changes();
     within(&format!("{username} to reach the node"), async {
         while !directory.records().contains_key(username) {
@@ -87,7 +81,7 @@ async fn a_login_session_works_on_every_node_and_a_logout_ends_it_everywhere() {
     let nats = NatsServer::start().await;
     let a = node(&nats, "a").await;
     let b = node(&nats, "b").await;
-    let store = Store::open(&config_db_path(&a.storage())).expect("a's store");
+    let store = a.store();
     store.set_pbkdf2_iterations(1000).expect("iterations");
     store.add_user("alice", AuthType::Basic, Some(b"pw"), false).expect("user added");
     has_user(&b, "alice").await;
@@ -134,7 +128,7 @@ async fn nodes_that_start_at_once_agree_on_one_key() {
     let nats = NatsServer::start().await;
     let (a, b) = tokio::join!(node(&nats, "a"), node(&nats, "b"));
     for n in [&a, &b] {
-        let store = Store::open(&config_db_path(&n.storage())).expect("store");
+        let store = n.store();
         store.set_pbkdf2_iterations(1000).expect("iterations");
         // Added on both, unless the other's addition already reached this one (users are the
         // same on every node).

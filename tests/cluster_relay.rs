@@ -141,6 +141,77 @@ async fn a_message_published_on_another_node_right_after_subscribed_arrives() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_message_sent_on_another_node_right_after_joined_room_arrives() {
+    let nats = NatsServer::start().await;
+    let a = relay_node(&nats, "a").await;
+    let b = relay_node(&nats, "b").await;
+    let mut member = Client::registered(&b, Kind::Tcp, "member").await;
+    let mut missed = Vec::new();
+    for kind in KINDS {
+        let mut joiner = Client::registered(&a, kind, &format!("joiner-{kind:?}").to_lowercase()).await;
+        // Each round a room a has no member of, so that a needs a new NATS subscription for
+        // it; the member on b sends as soon as the joiner has `joined_room`, with no other wait.
+        for round in 0..10 {
+            let room = format!("fresh-{kind:?}-{round}");
+            member.send(json!({"t": "join_room", "room": room})).await;
+            member.expect("joined_room").await;
+            joiner.send(json!({"t": "join_room", "room": room})).await;
+            let joined = joiner.expect("joined_room").await;
+            assert_eq!((&joined["room"], &joined["members"]), (&json!(room), &json!(2)), "{kind:?}");
+            member.send(json!({"t": "room_send", "room": room, "ct": "right after"})).await;
+            // A marker sent once a's subscription is surely in place: the joiner gets it after
+            // the first message, or alone when the first was missed.
+            within("a's room subscription", cluster(&a).relay_rooms_synced()).await;
+            member.send(json!({"t": "room_send", "room": room, "ct": "marker"})).await;
+            let first = joiner.expect("room_deliver").await;
+            assert_eq!((&first["room"], &first["from"]), (&json!(room), &json!("member")), "{first}");
+            if first["ct"] == "marker" {
+                missed.push(room);
+                continue;
+            }
+            assert_eq!(first["ct"], "right after", "{first}");
+            assert_eq!(joiner.expect("room_deliver").await["ct"], "marker", "{kind:?}");
+        }
+    }
+    assert!(missed.is_empty(), "the message sent right after joined_room missed a in {missed:?}");
+    assert_eq!(relay_stat(&a, |s| s.room_sync_timeouts.load(Ordering::Relaxed)), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_is_answered_within_the_bound_when_nats_does_not_confirm() {
+    let mut nats = NatsServer::start().await;
+    let config =
+        format!("{LISTENERS}[cluster]\nnode = \"a\"\nnats = [{:?}]\nregistry_timeout_ms = 300\n", nats.url);
+    let a = TestServer::start(&config).await;
+    let mut first = Client::registered(&a, Kind::Tcp, "first").await;
+    let mut second = Client::registered(&a, Kind::Ws, "second").await;
+    within("room subscriptions", cluster(&a).relay_rooms_synced()).await;
+
+    // A server that hangs: its connection stays up, the confirmation never comes.
+    nats.pause();
+    let started = std::time::Instant::now();
+    first.send(json!({"t": "join_room", "room": "hung"})).await;
+    let joined = first.expect("joined_room").await;
+    let waited = started.elapsed();
+    nats.resume();
+    assert_eq!((&joined["room"], &joined["members"]), (&json!("hung"), &json!(1)));
+    assert!(waited >= std::time::Duration::from_millis(300), "answered after {waited:?}, before the bound");
+    assert_eq!(relay_stat(&a, |s| s.room_sync_timeouts.load(Ordering::Relaxed)), 1);
+    // Confirmed once the server answers again; a later join waits no more.
+    within("the room subscription confirmed", cluster(&a).relay_rooms_synced()).await;
+    second.send(json!({"t": "join_room", "room": "hung"})).await;
+    assert_eq!(second.expect("joined_room").await["members"], 2);
+    assert_eq!(relay_stat(&a, |s| s.room_sync_timeouts.load(Ordering::Relaxed)), 1);
+
+    // NATS gone: answered all the same (the room is this node's until NATS is back).
+    nats.kill().await;
+    first.send(json!({"t": "join_room", "room": "alone"})).await;
+    assert_eq!(first.expect("joined_room").await["members"], 1);
+    second.send(json!({"t": "room_send", "room": "hung", "ct": "still here"})).await;
+    assert_eq!(first.expect("room_deliver").await["ct"], "still here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_held_on_one_node_is_in_use_on_the_others_until_it_leaves() {
     let nats = NatsServer::start().await;
     let a = relay_node(&nats, "a").await;

@@ -122,6 +122,10 @@ pub struct ClusterConfig {
     /// (its replica count is `registry_replicas`).
     #[serde(default = "default_content_bucket")]
     pub content_bucket: String,
+    /// The console's browser sessions on every node: the JetStream KV bucket with one record
+    /// per open session (its replica count is `users_replicas`).
+    #[serde(default = "default_console_bucket")]
+    pub console_bucket: String,
     /// `[cluster.durable]`: the stream of QoS 1/2 messages.
     #[serde(default)]
     pub durable: crate::durable::DurableConfig,
@@ -208,6 +212,9 @@ fn default_relay_queue_stream() -> String {
 fn default_content_bucket() -> String {
     "mesgd_content".to_owned()
 }
+fn default_console_bucket() -> String {
+    "mesgd_console".to_owned()
+}
 fn default_true() -> bool {
     true
 }
@@ -245,6 +252,7 @@ impl fmt::Debug for ClusterConfig {
             .field("relay_bucket", &self.relay_bucket)
             .field("relay_queue_stream", &self.relay_queue_stream)
             .field("content_bucket", &self.content_bucket)
+            .field("console_bucket", &self.console_bucket)
             .field("durable", &self.durable)
             .finish()
     }
@@ -353,6 +361,7 @@ impl ClusterConfig {
             ("nodes_bucket", &self.nodes_bucket),
             ("relay_bucket", &self.relay_bucket),
             ("content_bucket", &self.content_bucket),
+            ("console_bucket", &self.console_bucket),
         ] {
             if b.is_empty()
                 || b.len() > 64
@@ -372,12 +381,13 @@ impl ClusterConfig {
             &self.nodes_bucket,
             &self.relay_bucket,
             &self.content_bucket,
+            &self.console_bucket,
         ];
         if buckets.iter().enumerate().any(|(i, a)| buckets[..i].contains(a)) {
             return Err(ClusterConfigError::OutOfRange {
                 key: "wills_bucket",
                 value: self.wills_bucket.clone(),
-                why: "registry_bucket, session_state_bucket, wills_bucket, nodes_bucket, relay_bucket and content_bucket must differ",
+                why: "registry_bucket, session_state_bucket, wills_bucket, nodes_bucket, relay_bucket, content_bucket and console_bucket must differ",
             });
         }
         if self.session_write_delay_ms == 0 || self.session_write_delay_ms > 10_000 {

@@ -47,6 +47,8 @@
 //! - `wills`: node leases, and the wills of a dead node's clients sent by the node that
 //!   takes its lease over.
 //! - `wire`: message headers.
+//! - `console`: the console's browser sessions the same on every node (a KV bucket each node
+//!   follows into its REST API's session table), attached with [`Cluster::attach_console`].
 //! - `content`: content routing across nodes (each node's listener paths in a bucket, messages
 //!   sent only to the nodes with a match), attached with [`Cluster::attach_content`].
 //! - `relay`: the relay across nodes (addresses, direct sends, store-and-forward queues),
@@ -55,6 +57,7 @@
 
 mod bucket_entries;
 mod config;
+mod console;
 mod content;
 mod durable;
 mod features;
@@ -143,6 +146,9 @@ pub enum StartError {
     /// The durable stream of QoS 1/2 messages cannot be created or opened.
     #[error("JetStream durable stream: {0}")]
     Durable(String),
+    /// The console sessions' bucket cannot be created or opened.
+    #[error("JetStream console sessions: {0}")]
+    Console(String),
 }
 
 /// A node's membership in the cluster: its tasks and what tests and metrics observe.
@@ -200,6 +206,7 @@ impl Cluster {
                 config.registry_replicas,
                 "mesgd persistent sessions' state, for recovery when their node dies",
                 -1,
+                Duration::ZERO,
             )
             .await
             .map_err(StartError::Registry)?,
@@ -271,6 +278,7 @@ impl Cluster {
                 config.registry_replicas,
                 "mesgd wills of live connections",
                 -1,
+                Duration::ZERO,
             )
             .await
             .map_err(StartError::Registry)?,
@@ -280,6 +288,7 @@ impl Cluster {
                 config.registry_replicas,
                 "mesgd node leases",
                 1024,
+                Duration::ZERO,
             )
             .await
             .map_err(StartError::Registry)?,
@@ -457,6 +466,29 @@ impl Cluster {
         mesgd_core::sync::lock(&self.tasks).extend(tasks);
         let _ = self.content_applied.set(node.applied());
         let _ = self.content.set(node.clone());
+        Ok(Arc::new(node))
+    }
+
+    /// Takes the console's browser sessions across nodes (the `console` module describes
+    /// how): opens (or creates) the sessions' bucket, its records living `max_age` (twice the
+    /// idle timeout), takes in the sessions it holds (waiting at most
+    /// `retained_load_timeout_ms`), then keeps `local` (the REST API's table) in step with it;
+    /// returns the seam the table writes through.
+    pub async fn attach_console(
+        &self,
+        local: Arc<dyn mesgd_core::cluster::console::LocalConsole>,
+        max_age: Duration,
+    ) -> Result<Arc<dyn mesgd_core::cluster::console::ConsoleCluster>, StartError> {
+        let setup = console::ConsoleSetup {
+            bucket: self.config.console_bucket.clone(),
+            replicas: self.config.users_replicas,
+            timeout: Duration::from_millis(self.config.registry_timeout_ms),
+            load_timeout: Duration::from_millis(self.config.retained_load_timeout_ms),
+            capacity: self.config.queue_capacity,
+        };
+        let (node, tasks) =
+            console::ConsoleNode::start(&self.js, &setup, local, max_age, self.stats.clone()).await?;
+        mesgd_core::sync::lock(&self.tasks).extend(tasks);
         Ok(Arc::new(node))
     }
 

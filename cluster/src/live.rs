@@ -33,8 +33,9 @@ use crate::wire::{self, ExpiryAs};
 
 /// How long the duplicate filter waits for the other copies of a message.
 const DEDUPE_TTL: Duration = Duration::from_secs(5);
-/// How long the interest task waits before it tries a refused NATS subscription again.
-const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(250);
+/// How long the interest task (and the rooms' task) waits before it tries a refused NATS
+/// subscription, or a confirmation that failed, again.
+pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(250);
 /// How many messages with copies still expected the duplicate filter remembers.
 const DEDUPE_CAPACITY: usize = 65_536;
 
@@ -162,7 +163,7 @@ impl Forwarding {
 /// writes the socket: the server may still be reading, under load, when a message from
 /// another node's connection reaches it (a removed queue subscription then still took a
 /// message, and `interest_synced` returned before a new subscription was in place).
-async fn server_caught_up(client: &Client) -> bool {
+pub(crate) async fn server_caught_up(client: &Client) -> bool {
     match client.request(client.new_inbox(), bytes::Bytes::new()).await {
         Ok(_) => true,
         Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => true,

@@ -102,6 +102,27 @@ pub struct ClusterStats {
     pub logins_revocations_pruned: AtomicU64,
     /// Unusable messages in the logins stream (ignored).
     pub logins_invalid: AtomicU64,
+    /// Console sessions made here and stored in the bucket.
+    pub console_stored: AtomicU64,
+    /// Console logouts here stored in the bucket (the session ends on every node).
+    pub console_ended: AtomicU64,
+    /// Console sessions' last uses written to the bucket.
+    pub console_touched: AtomicU64,
+    /// Console sessions this node dropped (idle, ended to make room, administrator gone)
+    /// deleted from the bucket.
+    pub console_forgotten: AtomicU64,
+    /// Console session writes not made: the record was ended or used on another node meanwhile.
+    pub console_conflicts: AtomicU64,
+    /// Console session writes that failed or were not answered in time.
+    pub console_write_errors: AtomicU64,
+    /// Console session writes not queued: the queue was full.
+    pub console_queue_full: AtomicU64,
+    /// Changes of the bucket's console sessions applied to this node's table.
+    pub console_applied: AtomicU64,
+    /// Console sessions from the bucket not taken: this node's table was full.
+    pub console_refused: AtomicU64,
+    /// Unreadable console session records (or keys) in the bucket.
+    pub console_invalid: AtomicU64,
     /// Times this node made its token key store the cluster's (at the start, and each time
     /// another node changed it).
     pub token_keys_adopted: AtomicU64,
@@ -426,6 +447,51 @@ impl ClusterStats {
                 get(&self.logins_revocations_pruned),
             ),
             ("logins_invalid", "Unusable messages in the logins stream", Counter, get(&self.logins_invalid)),
+            ("console_stored", "Console sessions made here and stored", Counter, get(&self.console_stored)),
+            (
+                "console_ended",
+                "Console logouts here stored, ending the session on every node",
+                Counter,
+                get(&self.console_ended),
+            ),
+            ("console_touched", "Console sessions' last uses written", Counter, get(&self.console_touched)),
+            (
+                "console_forgotten",
+                "Console sessions dropped here (idle, room, administrator gone) deleted",
+                Counter,
+                get(&self.console_forgotten),
+            ),
+            (
+                "console_conflicts",
+                "Console session writes not made: ended or used on another node meanwhile",
+                Counter,
+                get(&self.console_conflicts),
+            ),
+            (
+                "console_write_errors",
+                "Console session writes that failed or timed out",
+                Counter,
+                get(&self.console_write_errors),
+            ),
+            (
+                "console_queue_full",
+                "Console session writes dropped: the queue was full",
+                Counter,
+                get(&self.console_queue_full),
+            ),
+            (
+                "console_applied",
+                "Console session changes from the bucket applied here",
+                Counter,
+                get(&self.console_applied),
+            ),
+            (
+                "console_refused",
+                "Console sessions from the bucket not taken: the table was full",
+                Counter,
+                get(&self.console_refused),
+            ),
+            ("console_invalid", "Unreadable console session records", Counter, get(&self.console_invalid)),
             (
                 "token_keys_adopted",
                 "Times this node's token key store was made the cluster's",

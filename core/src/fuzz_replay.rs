@@ -61,6 +61,11 @@ fn cluster_content_corpus() {
     replay("cluster_content", crate::cluster::fuzzing::content_reach);
 }
 
+#[test]
+fn cluster_console_corpus() {
+    replay("cluster_console", crate::cluster::fuzzing::console_record);
+}
+
 /// Every fuzz target's seed corpus is tracked: `fuzz/.gitignore` ignores the corpora libFuzzer
 /// grows and lists the committed ones, so a target added without its line would have seeds
 /// here and none in a fresh checkout (where its replay test then fails). This checks the list

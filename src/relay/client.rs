@@ -1,7 +1,9 @@
 //! One relay client, whatever carries its frames: the protocol state between frames (the rate
 //! limiter, the key-proof challenge, the registration and its session), what each frame does,
 //! and what the connection owes the client between frames (a registration completing, pub/sub
-//! deliveries from the session's mailbox, live identity changes, the durability gate).
+//! deliveries from the session's mailbox, live identity changes, and the gates that hold its
+//! output: the journal's durability, and on a clustered node the NATS subscriptions that
+//! `subscribed` and `joined_room` wait for).
 //!
 //! The TCP and WebSocket connection tasks (`super::stream`) and the UDP socket task
 //! (`super::udp`) feed it frames and poll it; all it produces goes into its [`Outbox`]. Frame
@@ -21,6 +23,7 @@ use bytes::Bytes;
 use mesgd_core::acl::{Access, Acl};
 use mesgd_core::auth::{ConnectInfo, LiveIdentity, Protocol, Secret, TlsInfo};
 use mesgd_core::broker::{IdentityUpdate, Stats};
+use mesgd_core::cluster::relay::ConfirmFuture;
 use mesgd_core::journal::Journal;
 use mesgd_core::model::Kick;
 use mesgd_core::relay::client::Register;
@@ -172,6 +175,9 @@ pub(crate) struct Client {
     /// Output waits until the cluster has confirmed the node's subscriptions as of this
     /// interest generation (`subscribed` on a clustered node); 0: nothing to wait for.
     interest_gate: u64,
+    /// Output waits until the cluster has confirmed the node's room subscriptions as of the
+    /// last `join_room` (`joined_room` on a clustered node; bounded by the cluster).
+    room_gate: Option<ConfirmFuture>,
     /// The journal, when replies wait for the disk.
     journal: Option<Arc<dyn Journal>>,
     /// The last direct-send recipient (see `Hub::deliver`).
@@ -196,6 +202,7 @@ impl Client {
             joining: None,
             gate: None,
             interest_gate: 0,
+            room_gate: None,
             target: None,
             scratch: Vec::new(),
             received: (0, 0),
@@ -222,6 +229,10 @@ impl Client {
         self.joining = None;
         match self.ctx.relay.join_room(&self.outbox, &room) {
             Ok(here) => {
+                // `joined_room` leaves once the node receives the room's messages from the
+                // other nodes, so that a member elsewhere who sends right after it reaches
+                // this client. A newer wait covers the older one's changes.
+                self.room_gate = self.ctx.relay.cluster().and_then(|c| c.rooms_confirmed());
                 self.reply(&ServerMessage::JoinedRoom { room: &room, members: here as u64 + elsewhere })
             }
             Err(e) => self.error(e),
@@ -293,6 +304,12 @@ impl Client {
 
     /// Whether the output may be written now; if not, `cx` is woken when it may.
     pub(crate) fn poll_gate(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(confirming) = self.room_gate.as_mut() {
+            if confirming.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            self.room_gate = None;
+        }
         if self.interest_gate != 0 {
             let interest = self.ctx.broker.router().interest();
             if interest.is_some_and(|i| !i.poll_synced(self.interest_gate, cx.waker())) {

@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -14,6 +15,7 @@ use futures_util::{SinkExt, StreamExt};
 use mesgd::Server;
 use mesgd::config::Config;
 use mesgd::content::ContentStats;
+use mesgd_providers::builtin::{Store, UserDirectory, config_db_path};
 use mesgd_providers::tokens::{KeyStore, Pairs, keys_dir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -101,6 +103,17 @@ impl ContentServer {
         self.dir.path().join("data")
     }
 
+    /// The server's builtin store, opened as another process (the command line) would.
+    pub fn store(&self) -> Store {
+        Store::open(&config_db_path(&self.storage())).expect("store")
+    }
+
+    /// The server's builtin user directory (the store's copy it runs on).
+    pub fn directory(&self) -> Arc<UserDirectory> {
+        let server = self.server.as_ref().expect("running");
+        server.context().services().get::<UserDirectory>().expect("the builtin store is open")
+    }
+
     /// The server's key store (made at start), opened again as `mesgd forge` would.
     pub fn keys(&self) -> KeyStore {
         KeyStore::open(&keys_dir(&self.storage()), std::time::SystemTime::now()).expect("key store")
@@ -177,6 +190,19 @@ impl ContentServer {
 
     /// Sends a raw HTTP/1.1 request and returns the status and body.
     pub async fn http(&self, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+        let (status, _, body) = self.http_with_headers(method, path, headers, body).await;
+        (status, body)
+    }
+
+    /// Sends a raw HTTP/1.1 request and returns the status, the response's header lines
+    /// (lower-cased names) and the body.
+    pub async fn http_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: &str,
+    ) -> (u16, Vec<(String, String)>, String) {
         let mut stream = TcpStream::connect(self.addr).await.expect("tcp connect");
         let request = format!(
             "{method} {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-length: {}\r\n{headers}\r\n{body}",
@@ -188,8 +214,14 @@ impl ContentServer {
         within("the HTTP response", stream.read_to_end(&mut response)).await.expect("read");
         let text = String::from_utf8_lossy(&response).into_owned();
         let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-        (status, body)
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let headers = head
+            .split("\r\n")
+            .skip(1)
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            .collect();
+        (status, headers, body.to_owned())
     }
 
     pub async fn stop(&mut self) {

@@ -103,6 +103,23 @@ impl NatsServer {
     pub async fn kill(&mut self) {
         let _ = self.child.kill().await;
     }
+
+    /// Stops the server (SIGSTOP): its connections stay open and nothing is answered, as with
+    /// a server that hangs. [`NatsServer::resume`] lets it go on.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("nats-server running").to_string();
+        let sent = std::process::Command::new("kill").args([signal, &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill {signal} {pid} failed");
+    }
 }
 
 /// Starts a mesgd node named `node` in the cluster of `nats`, with `extra` config.

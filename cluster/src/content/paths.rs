@@ -36,6 +36,7 @@ pub(super) async fn bucket(
         replicas,
         "mesgd content routing: each node's listener paths",
         8192,
+        Duration::ZERO,
     )
     .await
     .map_err(crate::StartError::Content)

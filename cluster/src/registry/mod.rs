@@ -47,6 +47,8 @@ use crate::stats::ClusterStats;
 
 /// How many compare-and-swap rounds a claim tries before giving up (contention).
 const MAX_ATTEMPTS: usize = 16;
+/// JetStream's default duplicate window, which a bucket whose records expire sooner shortens.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// The bucket, created if it does not exist. Its stream is created here with the settings
 /// the KV API gives a bucket (async-nats's own bucket creation first reads account
@@ -58,20 +60,23 @@ pub(crate) async fn bucket(
     replicas: usize,
 ) -> Result<kv::Store, crate::StartError> {
     let description = "mesgd session registry: the node owning each MQTT client id";
-    named_bucket(js, name, replicas, description, i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX))
+    let max_message_size = i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX);
+    named_bucket(js, name, replicas, description, max_message_size, Duration::ZERO)
         .await
         .map_err(crate::StartError::Registry)
 }
 
-/// A KV bucket with the settings above (`max_message_size` -1: the server's limit), created
-/// if it does not exist: every bucket of the cluster is made here. The error says why, for the
-/// caller's own [`crate::StartError`] variant.
+/// A KV bucket with the settings above (`max_message_size` -1: the server's limit; `max_age`
+/// zero: records stay until deleted), created if it does not exist: every bucket of the
+/// cluster is made here. The error says why, for the caller's own [`crate::StartError`]
+/// variant.
 pub(crate) async fn named_bucket(
     js: &jetstream::Context,
     name: &str,
     replicas: usize,
     description: &str,
     max_message_size: i32,
+    max_age: Duration,
 ) -> Result<kv::Store, String> {
     let config = stream::Config {
         name: format!("KV_{name}"),
@@ -85,6 +90,10 @@ pub(crate) async fn named_bucket(
         deny_delete: true,
         allow_direct: true,
         discard: DiscardPolicy::New,
+        max_age,
+        // The server refuses a duplicate window longer than the records live (zero: its
+        // default of two minutes).
+        duplicate_window: if max_age.is_zero() { Duration::ZERO } else { max_age.min(DUPLICATE_WINDOW) },
         ..Default::default()
     };
     crate::streams::get_or_create(js, config).await?;

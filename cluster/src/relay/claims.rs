@@ -39,6 +39,7 @@ pub(super) async fn bucket(
         replicas,
         "mesgd relay: the node holding each relay address",
         i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX),
+        Duration::ZERO,
     )
     .await
     .map_err(crate::StartError::Relay)

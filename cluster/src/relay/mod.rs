@@ -299,6 +299,10 @@ impl RelayCluster for RelayNode {
         self.want_room(room, false);
     }
 
+    fn rooms_confirmed(&self) -> Option<mesgd_core::cluster::relay::ConfirmFuture> {
+        RelayNode::rooms_confirmed(self)
+    }
+
     fn room_send(&self, room: &str, body: bytes::Bytes) {
         if self.inner.rooms.out.try_send((room.to_owned(), body)).is_err() {
             RelayClusterStats::add(&self.stats().room_queue_full, 1);

@@ -4,19 +4,24 @@
 //! publishing connection has `no_echo`, so the sender's node does not get it back.
 //!
 //! Subscriptions follow membership through a coalescing table (latest wanted state per room)
-//! applied by one task, which flushes after each batch so that a test (or an operator) can
-//! wait until this node's interest is at the server ([`RelayNode::rooms_synced`]).
+//! applied by one task. After each batch the task has the server confirm it (a round trip on
+//! the same connection, [`server_caught_up`]: a flush only writes the socket), and only then
+//! marks the batch's generation synced. A `joined_room` waits for that
+//! ([`RelayNode::rooms_confirmed`], bounded), so that a member of another node who sends right
+//! after it reaches the new member; a test waits with [`RelayNode::rooms_synced`].
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use async_nats::connection::State;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mesgd_core::cluster::relay::address_token;
+use mesgd_core::cluster::relay::{ConfirmFuture, address_token};
 use mesgd_core::sync::lock;
 use tokio::sync::mpsc;
 
 use super::{RelayClusterStats, RelayNode};
+use crate::live::{RESUBSCRIBE_AFTER, server_caught_up};
 
 /// The subject of `room`.
 fn subject(room: &str) -> String {
@@ -27,15 +32,37 @@ impl RelayNode {
     /// Records that this node now has (`true`) or no longer has a member of `room`.
     pub(super) fn want_room(&self, room: &str, member: bool) {
         lock(&self.inner.rooms.wanted).insert(room.to_owned(), member);
-        self.inner.rooms.generation.fetch_add(1, Ordering::Relaxed);
+        // Release: whoever reads this generation then finds the change in `wanted`.
+        self.inner.rooms.generation.fetch_add(1, Ordering::AcqRel);
         self.inner.rooms.changed.notify_one();
     }
 
     /// Waits until every membership change so far has its subscription in place at the
     /// server (or removed).
     pub(crate) async fn rooms_synced(&self) {
-        let wanted = self.inner.rooms.generation.load(Ordering::Relaxed);
+        let wanted = self.inner.rooms.generation.load(Ordering::Acquire);
         let _ = self.inner.rooms.synced.subscribe().wait_for(|&g| g >= wanted).await;
+    }
+
+    /// What a `joined_room` waits for: every membership change so far confirmed at the
+    /// server, at most `registry_timeout_ms` (then counted, and the answer goes all the same:
+    /// the client is a member here, and the subscription follows). Nothing to wait for while
+    /// the NATS connection is down, as for a SUBACK: the room is local until NATS is back.
+    /// The whole generation is waited for, not the one room: a second member joining here
+    /// before the first one's subscription is confirmed waits for it too.
+    pub(super) fn rooms_confirmed(&self) -> Option<ConfirmFuture> {
+        let wanted = self.inner.rooms.generation.load(Ordering::Acquire);
+        let mut synced = self.inner.rooms.synced.subscribe();
+        if *synced.borrow() >= wanted || self.inner.client.connection_state() != State::Connected {
+            return None;
+        }
+        let node = self.clone();
+        Some(Box::pin(async move {
+            let confirmed = synced.wait_for(|&g| g >= wanted);
+            if tokio::time::timeout(node.inner.timeout, confirmed).await.is_err() {
+                RelayClusterStats::add(&node.stats().room_sync_timeouts, 1);
+            }
+        }))
     }
 
     /// Keeps this node's room subscriptions equal to its rooms with members.
@@ -44,7 +71,7 @@ impl RelayNode {
         let mut subscribed: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
         loop {
             me.rooms.changed.notified().await;
-            let generation = me.rooms.generation.load(Ordering::Relaxed);
+            let generation = me.rooms.generation.load(Ordering::Acquire);
             let batch: Vec<(String, bool)> = lock(&me.rooms.wanted).drain().collect();
             for (room, member) in batch {
                 match (member, subscribed.contains_key(&room)) {
@@ -77,9 +104,23 @@ impl RelayNode {
                 }
             }
             me.stats.relay.rooms.store(subscribed.len() as u64, Ordering::Relaxed);
-            let _ = me.client.flush().await;
-            me.rooms.synced.send_modify(|g| *g = (*g).max(generation));
+            if self.server_has_rooms().await {
+                me.rooms.synced.send_modify(|g| *g = (*g).max(generation));
+            } else {
+                // Not confirmed: asked again shortly, with whatever changed meanwhile. While
+                // NATS is down nothing is asked: the NATS client subscribes again when it
+                // reconnects, before the next round trip.
+                tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                me.rooms.changed.notify_one();
+            }
         }
+    }
+
+    /// Whether the server confirmed the SUBs and UNSUBs sent so far, within the bound.
+    async fn server_has_rooms(&self) -> bool {
+        let client = &self.inner.client;
+        client.connection_state() == State::Connected
+            && tokio::time::timeout(self.inner.timeout, server_caught_up(client)).await == Ok(true)
     }
 
     /// Publishes the room messages of this node's members, in order.

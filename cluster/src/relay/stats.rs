@@ -67,6 +67,9 @@ pub struct RelayClusterStats {
     pub room_publish_errors: AtomicU64,
     /// Room subscriptions that could not be made.
     pub room_subscribe_errors: AtomicU64,
+    /// `joined_room` answers sent after the bound (`registry_timeout_ms`) without this node's
+    /// room subscriptions confirmed at its NATS server.
+    pub room_sync_timeouts: AtomicU64,
     /// Pipes from a client here opened on the peer's node.
     pub pipes_opened: AtomicU64,
     /// Pipes from a client of another node opened to a client here.
@@ -271,6 +274,12 @@ impl RelayClusterStats {
                 "Room subscriptions that could not be made",
                 c,
                 get(&self.room_subscribe_errors),
+            ),
+            (
+                "relay_room_sync_timeouts",
+                "joined_room answers sent after the bound without the room subscription confirmed",
+                c,
+                get(&self.room_sync_timeouts),
             ),
             (
                 "relay_pipes_opened",

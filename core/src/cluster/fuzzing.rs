@@ -1,5 +1,5 @@
-//! The bodies of the `cluster_subject`, `cluster_registry`, `cluster_relay` and `cluster_content`
-//! fuzz targets (`fuzz/fuzz_targets/`), kept here so that a unit test replays the committed seed
+//! The bodies of the `cluster_subject`, `cluster_registry`, `cluster_relay`, `cluster_content`
+//! and `cluster_console` fuzz targets (`fuzz/fuzz_targets/`), kept here so that a unit test replays the committed seed
 //! corpus on a stable compiler. It panics when it finds a bug and returns normally on any input
 //! otherwise.
 
@@ -121,5 +121,17 @@ pub fn content_reach(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Ok(patterns) = decode_reach(&text) {
         assert_eq!(decode_reach(&encode_reach(&patterns)).as_ref(), Ok(&patterns), "{text:?}");
+    }
+}
+
+/// The body of the `cluster_console` fuzz target (`fuzz/fuzz_targets/cluster_console.rs`): the
+/// input is read as a console session's record (never a panic), and whatever is read must read
+/// back the same after encoding, with a digest.
+pub fn console_record(data: &[u8]) {
+    use super::console::ConsoleRecord;
+
+    if let Ok(record) = ConsoleRecord::decode(data) {
+        assert!(record.digest().is_some(), "a record that reads has a digest");
+        assert_eq!(ConsoleRecord::decode(&record.encode()).ok(), Some(record));
     }
 }

@@ -20,12 +20,14 @@
 //!   ids it already had).
 //! - [`wills`]: the seam that keeps live connections' wills cluster-wide ([`wills::WillKeeper`]).
 //! - [`content`]: content routing's seams to the cluster and its reach header.
+//! - [`console`]: the console's browser sessions' seams to the cluster and their record.
 //! - [`relay`]: the relay's seams to the cluster and how addresses are named in NATS;
 //!   [`relay_wire`]: the relay messages between nodes; [`relay_kv`]: the relay bucket's
 //!   records of games' waiters and nodes' figures.
 //! - this file: the [`Interest`] seam of the router.
 
 pub mod client_key;
+pub mod console;
 pub mod content;
 pub mod dedupe;
 pub mod durable;

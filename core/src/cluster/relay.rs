@@ -21,6 +21,10 @@ use crate::relay::{RelayError, ServerMessage};
 /// A count the cluster is asked for (the members of a room on the other nodes).
 pub type CountFuture = Pin<Box<dyn Future<Output = u64> + Send>>;
 
+/// Ends when what this node asked of its NATS server is confirmed there, or after a bound
+/// (see [`RelayCluster::rooms_confirmed`]).
+pub type ConfirmFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// The future of [`RelayCluster::claim`]: the backlog queued in the cluster for the address,
 /// oldest first, already taken out of the cluster's queue.
 pub type RelayClaimFuture = Pin<Box<dyn Future<Output = Result<Vec<Bytes>, RelayError>> + Send>>;
@@ -79,10 +83,18 @@ pub trait RelayCluster: Send + Sync + fmt::Debug {
     /// retry later` when the queue to the cluster is full; otherwise `done` is called later.
     fn send(&self, send: RemoteSend) -> Result<(), RelayError>;
     /// This node now has a member of `room`, and had none: it receives the room's messages
-    /// from other nodes from now on.
+    /// from other nodes once its subscription is at its NATS server
+    /// ([`RelayCluster::rooms_confirmed`]).
     fn room_joined(&self, room: &str);
     /// This node's last member of `room` left.
     fn room_left(&self, room: &str);
+    /// Waits until this node's room subscriptions, as of every [`RelayCluster::room_joined`]
+    /// and [`RelayCluster::room_left`] so far, are confirmed at its NATS server, so that a room
+    /// message published on another node from then on reaches this node's members: what a
+    /// `joined_room` waits for. `None` when there is nothing to wait for (already confirmed,
+    /// or the NATS connection is down: the room is local until NATS is back); the future
+    /// ends after a bound all the same (`registry_timeout_ms`, counted).
+    fn rooms_confirmed(&self) -> Option<ConfirmFuture>;
     /// A `room_deliver` (`body`, encoded once) from a member of this node, after local
     /// delivery: to the room's members on other nodes. Never waits.
     fn room_send(&self, room: &str, body: Bytes);

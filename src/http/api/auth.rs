@@ -5,16 +5,19 @@
 //!   working at once). No CSRF token: a bearer token is not sent by a browser on its own.
 //! - **Browser sessions**: `POST /api/v1/login` with an administrator's name and password sets
 //!   the `mesgd_session` cookie (HttpOnly, SameSite=Strict, Secure on TLS, no Max-Age) for a
-//!   session kept here, in memory, bounded (`[http] max_sessions`, least recently used ended
-//!   first), ended after `session_idle_timeout_s` without a request. Every state-changing request
-//!   of a session carries its CSRF token in `X-CSRF-Token`: a *synchroniser token*, kept with the
-//!   session, given by the login answer and by `GET /api/v1/whoami`. Chosen over double-submit
-//!   because the session is server-side anyway, so the token is bound to it and a cookie planted
-//!   by a sibling domain cannot forge it.
+//!   session kept server-side (`browser_sessions`: bounded by `[http] max_sessions`, least
+//!   recently used ended first, ended after `session_idle_timeout_s` without a request; in a
+//!   cluster, the same on every node). Every state-changing request of a session carries its
+//!   CSRF token in `X-CSRF-Token`: a *synchroniser token*, kept with the session, given by the
+//!   login answer and by `GET /api/v1/whoami`. Chosen over double-submit because the session is
+//!   server-side anyway, so the token is bound to it and a cookie planted by a sibling domain
+//!   cannot forge it.
 //! - **Login CSRF**: there is no session yet, so the login uses a *signed double-submit* token:
 //!   `GET /api/v1/login` (which stores nothing) answers a token — an expiry and a nonce with an
-//!   HMAC-SHA256 under a key made at start — and sets it as the `mesgd_login_csrf` cookie;
-//!   `POST /api/v1/login` needs the same value in `X-CSRF-Token`, a valid MAC and no expiry.
+//!   HMAC-SHA256 under a key made at start (in a cluster, one derived from the cluster's login
+//!   key, so that the token of one node's `GET` serves a `POST` on another) — and sets it as the
+//!   `mesgd_login_csrf` cookie; `POST /api/v1/login` needs the same value in `X-CSRF-Token`, a
+//!   valid MAC and no expiry.
 //! - **Cross-origin refusal**: a state-changing request whose `Sec-Fetch-Site` is neither
 //!   `same-origin` nor `none`, or whose `Origin` is not this server's `Host`, is refused before
 //!   anything else, whatever its credentials.
@@ -30,10 +33,9 @@
 //! Secrets (passwords, tokens, session cookies, CSRF tokens) are compared in constant time and
 //! never logged.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -43,12 +45,12 @@ use axum::{Extension, Json};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac as _};
-use mesgd_core::sync::lock;
 use mesgd_providers::builtin::Scope;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 
+use super::browser_sessions::{BrowserSessions, Session};
 use super::{ApiError, ApiJson, blocking};
 use crate::config::HttpConfig;
 use crate::context::ServerContext;
@@ -64,11 +66,11 @@ const LOGIN_TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// The API's own state: browser sessions, the login guard, the login CSRF key.
 pub(crate) struct ApiState {
-    sessions: Mutex<HashMap<String, BrowserSession>>,
+    pub(super) sessions: BrowserSessions,
     guard: LoginGuard,
     login_key: [u8; 32],
-    idle: Duration,
-    max_sessions: usize,
+    /// The login CSRF key of every node of the cluster, which replaces `login_key`.
+    shared_login_key: OnceLock<[u8; 32]>,
     max_body_bytes: usize,
     /// Permits for the open statistics streams (`stream::MAX_STREAMS`).
     pub(super) streams: Arc<tokio::sync::Semaphore>,
@@ -76,15 +78,8 @@ pub(crate) struct ApiState {
 
 impl std::fmt::Debug for ApiState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiState").field("sessions", &lock(&self.sessions).len()).finish_non_exhaustive()
+        f.debug_struct("ApiState").field("sessions", &self.sessions).finish_non_exhaustive()
     }
-}
-
-struct BrowserSession {
-    secret: [u8; 32],
-    admin: String,
-    csrf: String,
-    last_seen: Instant,
 }
 
 /// Who made a request (a request extension after [`guard`]).
@@ -122,13 +117,15 @@ impl ApiState {
             duration: Duration::from_secs(config.login_lockout_s),
         };
         ApiState {
-            sessions: Mutex::new(HashMap::new()),
+            sessions: BrowserSessions::new(
+                Duration::from_secs(config.session_idle_timeout_s),
+                config.max_sessions,
+            ),
             // `limits.exempt` is for the MQTT side's proxies: no address is exempt from the
             // administrators' lockout.
             guard: LoginGuard::with_lockout(throttle, Exempt::default(), Some(lockout)),
             login_key: rand::random(),
-            idle: Duration::from_secs(config.session_idle_timeout_s),
-            max_sessions: config.max_sessions,
+            shared_login_key: OnceLock::new(),
             max_body_bytes: config.max_body_bytes,
             streams: Arc::new(tokio::sync::Semaphore::new(super::stream::MAX_STREAMS)),
         }
@@ -138,52 +135,10 @@ impl ApiState {
         self.max_body_bytes
     }
 
-    /// A new session for `admin`; returns the cookie value and the CSRF token.
-    fn open_session(&self, admin: &str, now: Instant) -> (String, String) {
-        let id = hex(&rand::random::<[u8; 16]>());
-        let secret: [u8; 32] = rand::random();
-        let csrf = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
-        let mut sessions = lock(&self.sessions);
-        sessions.retain(|_, s| now.duration_since(s.last_seen) < self.idle);
-        while sessions.len() >= self.max_sessions {
-            let Some(stalest) = sessions.iter().min_by_key(|(_, s)| s.last_seen).map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            sessions.remove(&stalest);
-        }
-        sessions.insert(
-            id.clone(),
-            BrowserSession { secret, admin: admin.to_owned(), csrf: csrf.clone(), last_seen: now },
-        );
-        (format!("{id}.{}", URL_SAFE_NO_PAD.encode(secret)), csrf)
-    }
-
-    /// The session a cookie value names, if it is valid and not idle too long (it is touched).
-    fn session(&self, cookie: &str, now: Instant) -> Option<(String, String, String)> {
-        let (id, secret) = cookie.split_once('.')?;
-        let secret = URL_SAFE_NO_PAD.decode(secret).ok()?;
-        let mut sessions = lock(&self.sessions);
-        let session = sessions.get_mut(id)?;
-        if !bool::from(session.secret.as_slice().ct_eq(&secret)) {
-            return None;
-        }
-        if now.duration_since(session.last_seen) >= self.idle {
-            sessions.remove(id);
-            return None;
-        }
-        session.last_seen = now;
-        Some((id.to_owned(), session.admin.clone(), session.csrf.clone()))
-    }
-
-    /// Whether session `id` is still open and not idle too long, without touching it: a
-    /// long-lived answer (the statistics stream) ends with the session it was opened under.
-    pub(super) fn session_is_open(&self, id: &str, now: Instant) -> bool {
-        lock(&self.sessions).get(id).is_some_and(|s| now.duration_since(s.last_seen) < self.idle)
-    }
-
-    fn close_session(&self, id: &str) {
-        lock(&self.sessions).remove(id);
+    /// Signs login CSRF tokens with `key` from now on: the cluster's, so that every node
+    /// takes the token any of them gave (set once, before the listeners open).
+    pub(crate) fn share_login_key(&self, key: [u8; 32]) {
+        let _ = self.shared_login_key.set(key);
     }
 
     fn login_token(&self, now: SystemTime) -> String {
@@ -195,8 +150,8 @@ impl ApiState {
     }
 
     fn mac(&self, body: &str) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.login_key)
-            .unwrap_or_else(|_| unreachable!("any key length"));
+        let key = self.shared_login_key.get().unwrap_or(&self.login_key);
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap_or_else(|_| unreachable!("any key length"));
         mac.update(body.as_bytes());
         URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
     }
@@ -209,10 +164,6 @@ impl ApiState {
         let expires = body.split('.').next().and_then(|e| e.parse::<u64>().ok()).unwrap_or(0);
         now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() < expires
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -250,6 +201,15 @@ fn forbidden(code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, code, message)
 }
 
+/// 503: a clustered node could not reach the cluster's sessions in time.
+fn cluster_unavailable(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "cluster_unavailable",
+        format!("{what}; try again, or another node"),
+    )
+}
+
 fn unauthenticated() -> Response {
     let mut response = ApiError::new(
         StatusCode::UNAUTHORIZED,
@@ -280,13 +240,15 @@ async fn authenticate(ctx: &Arc<ServerContext>, headers: &HeaderMap) -> Result<O
         return Ok(record.map(|t| Principal::Token { name: t.name, scope: t.scope }));
     }
     let Some(value) = cookie(headers, SESSION_COOKIE) else { return Ok(None) };
-    let Some((id, admin, csrf)) = ctx.api.session(value, crate::clock::now()) else { return Ok(None) };
+    let Some(Session { id, admin, csrf }) = ctx.api.sessions.session(value, crate::clock::now()) else {
+        return Ok(None);
+    };
     // The account may have been removed (or its role changed) since the login.
     let name = admin.clone();
     match blocking(ctx, move |d| d.store().admin(&name)).await? {
         Some(record) => Ok(Some(Principal::Session { id, admin, role: record.role, csrf })),
         None => {
-            ctx.api.close_session(&id);
+            ctx.api.sessions.drop_here(&id);
             Ok(None)
         }
     }
@@ -388,7 +350,7 @@ pub(crate) struct LoggedIn {
 }
 
 /// `POST /api/v1/login`.
-#[utoipa::path(post, path = "/login", tag = "auth", security(()), params(("x-csrf-token" = String, Header, description = "The token of GET /api/v1/login")), request_body = Credentials, responses((status = 200, description = "Logged in: the mesgd_session cookie is set", body = LoggedIn), (status = 429, description = "Locked out after repeated failures", body = super::ErrorBody)))]
+#[utoipa::path(post, path = "/login", tag = "auth", security(()), params(("x-csrf-token" = String, Header, description = "The token of GET /api/v1/login")), request_body = Credentials, responses((status = 200, description = "Logged in: the mesgd_session cookie is set", body = LoggedIn), (status = 429, description = "Locked out after repeated failures", body = super::ErrorBody), (status = 503, description = "A clustered node could not store the session in the cluster", body = super::ErrorBody)))]
 pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let presented = parts.headers.get(CSRF_HEADER).map(HeaderValue::as_bytes).unwrap_or_default();
@@ -432,13 +394,15 @@ pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -
             .into_response();
     };
     ctx.api.guard.succeeded(addr, Some(&name));
-    let (cookie_value, csrf) = ctx.api.open_session(&admin.name, crate::clock::now());
+    let Ok((cookie_value, csrf)) = ctx.api.sessions.open(&admin.name).await else {
+        return cluster_unavailable("the session could not be stored in the cluster").into_response();
+    };
     tracing::info!(%addr, admin = %admin.name, "administrator logged in");
     let body = LoggedIn {
         username: admin.name,
         role: admin.role.as_str(),
         csrf_token: csrf,
-        idle_timeout_s: ctx.api.idle.as_secs(),
+        idle_timeout_s: ctx.api.sessions.idle().as_secs(),
     };
     let mut response = Json(body).into_response();
     let headers = response.headers_mut();
@@ -448,14 +412,19 @@ pub(crate) async fn login(State(ctx): State<Arc<ServerContext>>, req: Request) -
 }
 
 /// `POST /api/v1/logout`: ends the browser session.
-#[utoipa::path(post, path = "/logout", tag = "auth", responses((status = 204, description = "The session ended")))]
+#[utoipa::path(post, path = "/logout", tag = "auth", responses((status = 204, description = "The session ended"), (status = 503, description = "A clustered node could not store the logout in the cluster: the session is still open", body = super::ErrorBody)))]
 pub(crate) async fn logout(
     State(ctx): State<Arc<ServerContext>>,
     Extension(principal): Extension<Principal>,
     req: Request,
 ) -> Response {
-    if let Principal::Session { id, .. } = &principal {
-        ctx.api.close_session(id);
+    if let Principal::Session { id, .. } = &principal
+        && ctx.api.sessions.close(id).await.is_err()
+    {
+        return cluster_unavailable(
+            "the logout could not be stored in the cluster: the session is still open",
+        )
+        .into_response();
     }
     let cookie = cookie_header(SESSION_COOKIE, "", "/", on_tls(req.extensions()), Some(0));
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()

@@ -7,6 +7,9 @@
 //!   and path extractors that answer with that shape, pagination, and the store helper.
 //! - `auth`: who is asking — API tokens (`Authorization: Bearer`), browser sessions (cookie +
 //!   CSRF token), login with lockout, the cross-origin and no-administrator refusals.
+//! - `browser_sessions`: the console's sessions (cookie digest, CSRF token, last use), bounded
+//!   and idle-timed; with `[cluster]` the node's copy of the cluster's sessions.
+//! - `cluster`: with `[cluster]`, the sessions and the login CSRF key shared by every node.
 //! - `openapi`: what the generated OpenAPI document gets besides the routes (security
 //!   schemes, the error answers every route can give).
 //! - `users`: builtin users, their ACL rules, and the ACL tester.
@@ -25,6 +28,8 @@
 mod accounts;
 mod auth;
 mod broker;
+mod browser_sessions;
+pub(crate) mod cluster;
 mod grants;
 mod openapi;
 mod routing;

@@ -129,7 +129,7 @@ impl Ticker {
             _ = self.stopping.changed() => return None,
         }
         if let Some(id) = &self.session {
-            if !self.ctx.api.session_is_open(id, crate::clock::now()) {
+            if !self.ctx.api.sessions.is_open(id, crate::clock::now()) {
                 return None;
             }
         }
