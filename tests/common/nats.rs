@@ -38,6 +38,24 @@ fn install_newer() -> String {
     binary
 }
 
+/// Writes a nats-server config into `dir` that enables JetStream with its store in `dir` and
+/// returns its path. The store limit is explicit: by default JetStream allows three quarters of
+/// the disk free when it starts, and a node reserves its streams' budgets up front (2 GiB with
+/// the defaults), so the tests would fail on a machine short of free disk although they store a
+/// few kilobytes.
+pub fn jetstream_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("nats.conf");
+    let store = dir.join("store");
+    std::fs::write(
+        &config,
+        format!(
+            "jetstream {{\n  store_dir: {store:?}\n  max_file_store: 64GB\n  max_memory_store: 1GB\n}}\n"
+        ),
+    )
+    .expect("nats-server config");
+    config
+}
+
 /// A running nats-server.
 pub struct NatsServer {
     child: Child,
@@ -67,9 +85,10 @@ impl NatsServer {
     async fn start_binary(binary: &str) -> NatsServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = jetstream_config(dir.path());
         let mut child = Command::new(binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir.path())
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-c"])
+            .arg(&config)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

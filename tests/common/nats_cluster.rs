@@ -95,15 +95,15 @@ impl NatsCluster {
             let dir = tempfile::tempdir().expect("temp dir");
             let mut command = Command::new("nats-server");
             command
-                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-n", &format!("n{i}")])
+                .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-n", &format!("n{i}")])
                 .args(["--cluster_name", "mesgd-test", "--cluster", &format!("nats://127.0.0.1:{cport}")])
                 .args(["--routes", &routes[i]]);
             if relayed {
                 command.args(["--cluster_advertise", &format!("127.0.0.1:{nowhere}")]);
             }
             let mut child = command
-                .arg("-sd")
-                .arg(dir.path())
+                .arg("-c")
+                .arg(super::nats::jetstream_config(dir.path()))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .kill_on_drop(true)
