@@ -73,6 +73,7 @@ impl RelayNode {
             me.rooms.changed.notified().await;
             let generation = me.rooms.generation.load(Ordering::Acquire);
             let batch: Vec<(String, bool)> = lock(&me.rooms.wanted).drain().collect();
+            let mut failed = false;
             for (room, member) in batch {
                 match (member, subscribed.contains_key(&room)) {
                     (true, false) => match me.client.subscribe(subject(&room)).await {
@@ -91,7 +92,11 @@ impl RelayNode {
                         }
                         Err(e) => {
                             RelayClusterStats::add(&self.stats().room_subscribe_errors, 1);
-                            tracing::warn!(error = %e, "cluster: cannot subscribe to a room");
+                            tracing::warn!(error = %e, "cluster: cannot subscribe to a room; trying again");
+                            // Wanted again, unless a later change (the last member left) came
+                            // in meanwhile: that one is the state to reach.
+                            lock(&me.rooms.wanted).entry(room).or_insert(true);
+                            failed = true;
                         }
                     },
                     (false, true) => {
@@ -104,12 +109,12 @@ impl RelayNode {
                 }
             }
             me.stats.relay.rooms.store(subscribed.len() as u64, Ordering::Relaxed);
-            if self.server_has_rooms().await {
+            if !failed && self.server_has_rooms().await {
                 me.rooms.synced.send_modify(|g| *g = (*g).max(generation));
             } else {
-                // Not confirmed: asked again shortly, with whatever changed meanwhile. While
-                // NATS is down nothing is asked: the NATS client subscribes again when it
-                // reconnects, before the next round trip.
+                // Not confirmed, or a subscription failed: tried again shortly, with whatever
+                // changed meanwhile. While NATS is down nothing is asked: the NATS client
+                // subscribes again when it reconnects, before the next round trip.
                 tokio::time::sleep(RESUBSCRIBE_AFTER).await;
                 me.rooms.changed.notify_one();
             }
