@@ -24,7 +24,7 @@ pub struct ServerContext {
     pub(crate) broker: Arc<Broker>,
     pub(crate) chain: Chain,
     pub(crate) login_guard: LoginGuard,
-    pub(crate) limits: LimitState,
+    pub(crate) limits: Arc<LimitState>,
     pub(crate) services: Services,
     pub(crate) mqtt: mqtt::Settings,
     /// Idle connections without a task of their own.
@@ -84,13 +84,15 @@ impl ServerContext {
         services: Services,
         content: crate::content::Content,
     ) -> Self {
-        let relay = relay::Hub::new(relay::config::Settings::from_config(config), broker.clone());
+        let limits = Arc::new(LimitState::new(&config.limits));
+        let relay =
+            relay::Hub::new(relay::config::Settings::from_config(config), broker.clone(), limits.clone());
         ServerContext {
             relay,
             broker,
             chain,
             login_guard: LoginGuard::new(config.auth.failed_login.clone(), config.limits.exempt.clone()),
-            limits: LimitState::new(&config.limits),
+            limits,
             services,
             mqtt: mqtt::Settings::from_config(config),
             parking: crate::park::ParkingLot::default(),

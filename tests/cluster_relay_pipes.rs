@@ -151,6 +151,11 @@ async fn an_address_held_nowhere_is_not_connected_and_the_pipe_caps_hold_across_
     x.expect_error("limit reached: pipes per connection").await;
     relay_counted(&a, "nobody, bob1's cap, b's cap", |s| &s.pipe_opens_refused, 3).await;
     assert_eq!(relay_stat(&b, |s| &s.pipes_accepted), 2);
+    // Each refusal by a cap is counted once, on the refused client's node (y's and z's were
+    // decided on b); each was counted before its error was sent.
+    let caps =
+        |n: &common::TestServer| n.server.as_ref().expect("running").context().limit_counts().relay_caps;
+    assert_eq!((caps(&a), caps(&b)), (3, 0));
 }
 
 /// A pipe whose other end's node is killed (the real binary, SIGKILL) is closed on the

@@ -36,7 +36,6 @@ use super::outbox::Outbox;
 use super::register::{self, Admitted};
 use super::stats::RelayStats;
 use crate::context::ServerContext;
-use crate::limits::Tripped;
 
 /// Pub/sub deliveries are taken from the session only while less than this waits in the
 /// outbox: the mailbox has its own bounds, and a burst of publishes should not by itself push
@@ -264,19 +263,11 @@ impl Client {
         let _ = self.outbox.push_with(|b| message.encode(b));
     }
 
-    /// Queues an `error{msg}`. A refusal by a count cap is also counted and logged, at most
-    /// once per interval for all relay caps together (a client looping on `join_room` must not
-    /// fill the log).
+    /// Queues an `error{msg}`; a refusal by a count cap is also counted and logged
+    /// ([`Hub::refused_by_cap`](super::hub::Hub::refused_by_cap)).
     pub(crate) fn error(&self, error: RelayError) {
-        if let RelayError::LimitReached(limit) = error
-            && let Some(more) = self.ctx.limits.trip(Tripped::RelayCap, crate::clock::now())
-        {
-            tracing::info!(
-                limit = limit.name(),
-                peer = %self.origin.peer,
-                more_since_last_line = more,
-                "relay request refused by a limit"
-            );
+        if let RelayError::LimitReached(limit) = error {
+            self.ctx.relay.refused_by_cap(limit, &self.origin.peer);
         }
         self.reply(&ServerMessage::Error { error, fatal: false });
     }

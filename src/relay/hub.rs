@@ -44,6 +44,7 @@ use self::remote_pipes::PipeEnd;
 use super::config::Settings;
 use super::outbox::{Outbox, PushError};
 use super::stats::{RelayStats, Sizes};
+use crate::limits::{LimitState, Tripped};
 
 mod remote_matches;
 mod remote_pipes;
@@ -129,10 +130,13 @@ pub struct Hub {
     /// With `[cluster]`: addresses, direct sends and offline queues across nodes.
     cluster: OnceLock<Arc<dyn RelayCluster>>,
     stats: RelayStats,
+    /// The server's limit counters: a refusal by a count cap is counted where the refused
+    /// client is, also when the cap was reached on another node.
+    limits: Arc<LimitState>,
 }
 
 impl Hub {
-    pub(crate) fn new(settings: Settings, broker: Arc<Broker>) -> Hub {
+    pub(crate) fn new(settings: Settings, broker: Arc<Broker>, limits: Arc<LimitState>) -> Hub {
         Hub {
             store: Mutex::new(Store {
                 queues: OfflineQueues::new(settings.queue),
@@ -148,6 +152,7 @@ impl Hub {
             stats: RelayStats::default(),
             settings,
             broker,
+            limits,
         }
     }
 
@@ -158,6 +163,20 @@ impl Hub {
     /// The counters.
     pub fn stats(&self) -> &RelayStats {
         &self.stats
+    }
+
+    /// Counts a request refused by the count cap `limit`, and logs it at most once per
+    /// interval for all relay caps together (a client looping on `join_room` must not fill the
+    /// log). `who` is the refused client (its peer address or relay address).
+    pub(crate) fn refused_by_cap(&self, limit: mesgd_core::relay::Limit, who: &dyn std::fmt::Display) {
+        if let Some(more) = self.limits.trip(Tripped::RelayCap, crate::clock::now()) {
+            tracing::info!(
+                limit = limit.name(),
+                client = %who,
+                more_since_last_line = more,
+                "relay request refused by a limit"
+            );
+        }
     }
 
     /// The sizes of the relay's structures now.

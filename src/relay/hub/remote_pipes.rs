@@ -212,6 +212,9 @@ impl Hub {
         if was_open {
             self.push(&opener.0, &ServerMessage::PipeClosed { pipe_id });
         } else {
+            if let RelayError::LimitReached(limit) = error {
+                self.refused_by_cap(limit, &opener.addr());
+            }
             self.push(&opener.0, &ServerMessage::Error { error, fatal: false });
         }
     }
