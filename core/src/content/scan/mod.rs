@@ -10,13 +10,10 @@
 //! The scanner is written for the common message: compact JSON whose bytes are mostly inside
 //! strings. Positions travel as plain `usize` values between small inlined functions (so they
 //! stay in registers), whitespace costs one comparison when there is none, strings are read
-//! sixteen bytes at a time with SSE2 on x86-64 (`sse2.rs`), else eight at a time or with
-//! `memchr` when long (`string.rs`), and failures are an 8-byte
+//! eight bytes at a time, or with `memchr` when long (`string.rs`), and failures are an 8-byte
 //! [`Fail`] that becomes a [`ScanError`] only at the end. Only top-level strings with escapes
 //! are decoded; nested values are validated and skipped.
 
-#[cfg(target_arch = "x86_64")]
-mod sse2;
 mod string;
 
 use self::string::{HIGH, ONES, string, word};

@@ -2,11 +2,11 @@
 //!
 //! Most strings in a message are short keys and values without escapes, so the common case is
 //! one cheap classification of the bytes that end a plain run (`"`, `\`, a control character)
-//! and of those of 128 or more. On x86-64 that is SSE2, sixteen bytes at a time (`sse2.rs`);
-//! elsewhere it is read eight bytes at a time with a few word operations, and a string that
-//! runs past [`SHORT_STRING`] bytes switches to `memchr`'s SIMD search for `"` and `\`, then
-//! checks the run for control characters and non-ASCII bytes in one vectorisable pass. Both give
-//! the same answers (a property test compares them on x86-64). Only runs with non-ASCII bytes go
+//! and of those of 128 or more, read eight bytes at a time with a few word operations; a string
+//! that runs past [`SHORT_STRING`] bytes switches to `memchr`'s SIMD search for `"` and `\`,
+//! then checks the run for control characters and non-ASCII bytes in one vectorisable pass.
+//! (An SSE2 classification sixteen bytes at a time was tried and measured slower on this
+//! workload's short strings: docs/content.md.) Only runs with non-ASCII bytes go
 //! through the standard library's UTF-8 validator, and only strings with escapes are decoded
 //! (when the caller keeps them).
 
@@ -22,7 +22,6 @@ pub(super) const HIGH: u64 = 0x8080_8080_8080_8080;
 /// (a borrow carries upwards only from a byte that is itself flagged): the lowest flagged byte
 /// is always exact. Bytes of 128 or more are never flagged on their own.
 #[inline(always)]
-#[cfg_attr(target_arch = "x86_64", cfg(test))]
 fn specials(w: u64) -> u64 {
     let quote = w ^ (ONES * u64::from(b'"'));
     let backslash = w ^ (ONES * u64::from(b'\\'));
@@ -44,19 +43,10 @@ pub(super) fn word(b: &[u8], i: usize) -> Option<u64> {
 pub(super) const SHORT_STRING: usize = 32;
 
 /// The first `"`, `\` or control character at or after `i` (or the end of `b`), and whether a
-/// byte of 128 or more lies before it.
+/// byte of 128 or more lies before it: eight bytes at a time, then with `memchr` past
+/// [`SHORT_STRING`] bytes.
 #[inline(always)]
-fn find_special(b: &[u8], i: usize) -> (usize, bool) {
-    #[cfg(target_arch = "x86_64")]
-    return super::sse2::find_special(b, i);
-    #[cfg(not(target_arch = "x86_64"))]
-    return find_special_words(b, i);
-}
-
-/// [`find_special`] eight bytes at a time, then with `memchr` past [`SHORT_STRING`] bytes.
-#[inline(always)]
-#[cfg_attr(target_arch = "x86_64", cfg(test))]
-pub(super) fn find_special_words(b: &[u8], mut i: usize) -> (usize, bool) {
+fn find_special(b: &[u8], mut i: usize) -> (usize, bool) {
     let start = i;
     let mut high = 0u64;
     while let Some(w) = word(b, i) {
@@ -75,9 +65,8 @@ pub(super) fn find_special_words(b: &[u8], mut i: usize) -> (usize, bool) {
     find_special_tail(b, i, high & HIGH != 0)
 }
 
-/// [`find_special_words`] for the last seven bytes or fewer.
+/// [`find_special`] for the last seven bytes or fewer.
 #[inline(never)]
-#[cfg_attr(target_arch = "x86_64", cfg(test))]
 fn find_special_tail(b: &[u8], mut i: usize, mut high: bool) -> (usize, bool) {
     while let Some(&c) = b.get(i) {
         if c == b'"' || c == b'\\' || c < 0x20 {
@@ -89,9 +78,8 @@ fn find_special_tail(b: &[u8], mut i: usize, mut high: bool) -> (usize, bool) {
     (i, high)
 }
 
-/// [`find_special_words`] past the first [`SHORT_STRING`] bytes.
+/// [`find_special`] past the first [`SHORT_STRING`] bytes.
 #[inline(never)]
-#[cfg_attr(target_arch = "x86_64", cfg(test))]
 fn find_special_long(b: &[u8], i: usize, high_before: bool) -> (usize, bool) {
     let rest = b.get(i..).unwrap_or_default();
     let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
@@ -133,19 +121,9 @@ pub(super) fn string(b: &[u8], i: usize, out: Option<&mut Vec<u8>>) -> Result<(u
 }
 
 /// The closing quote of a plain ASCII string of up to [`SHORT_STRING`] bytes whose body starts
-/// at `i`; `None` for any other string.
+/// at `i`, read eight bytes at a time; `None` for any other string.
 #[inline(always)]
 fn plain_end(b: &[u8], i: usize) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    return super::sse2::plain_end(b, i);
-    #[cfg(not(target_arch = "x86_64"))]
-    return plain_end_words(b, i);
-}
-
-/// [`plain_end`] eight bytes at a time.
-#[inline(always)]
-#[cfg_attr(target_arch = "x86_64", cfg(test))]
-pub(super) fn plain_end_words(b: &[u8], i: usize) -> Option<usize> {
     let mut at = i;
     while let Some(w) = word(b, at) {
         let m = specials(w) | (w & HIGH);
@@ -281,77 +259,5 @@ fn unicode_escape(b: &[u8], at: usize) -> Result<(usize, char)> {
     match char::from_u32(code) {
         Some(ch) => Ok((i, ch)),
         None => Err(Fail::Syntax(at as u32, SyntaxError::InvalidEscape)),
-    }
-}
-
-#[cfg(all(test, target_arch = "x86_64"))]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// Bytes that exercise every class: plain ASCII, the stops, and non-ASCII.
-    fn text() -> impl Strategy<Value = Vec<u8>> {
-        let byte = prop_oneof![
-            6 => b'a'..=b'z',
-            1 => Just(b'"'),
-            1 => Just(b'\\'),
-            1 => 0u8..0x20,
-            1 => 0x80u8..=0xff,
-            1 => any::<u8>(),
-        ];
-        // Lengths around the block and word sizes, and long runs.
-        prop_oneof![proptest::collection::vec(byte.clone(), 0..40), proptest::collection::vec(byte, 0..300)]
-    }
-
-    /// The SSE2 and word-at-a-time answers from `i` agree: the same stop and non-ASCII flag,
-    /// and the same plain strings, except that SSE2 also takes a plain string ending within
-    /// the input's last eight bytes (the words leave it to the general path), which must then
-    /// be what the general path finds.
-    fn agree(b: &[u8], i: usize) -> std::result::Result<(), TestCaseError> {
-        let general = find_special_words(b, i);
-        prop_assert_eq!(super::super::sse2::find_special(b, i), general, "from {}", i);
-        let (sse2, words) = (super::super::sse2::plain_end(b, i), plain_end_words(b, i));
-        match (sse2, words) {
-            (Some(s), Some(w)) => prop_assert_eq!(s, w, "from {}", i),
-            (Some(s), None) => {
-                prop_assert!(b.len() - i < 8 + s - i, "from {}: the words should have found {}", i, s);
-                prop_assert_eq!((s, false), general, "from {}", i);
-                prop_assert_eq!(b[s], b'"');
-            }
-            (None, Some(w)) => {
-                prop_assert!(false, "from {}: SSE2 missed the plain string ending at {}", i, w)
-            }
-            (None, None) => {}
-        }
-        Ok(())
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
-
-        /// The SSE2 classification finds the same stop, the same non-ASCII flag and the same
-        /// plain strings as the portable word-at-a-time code, from every starting position.
-        #[test]
-        fn sse2_agrees_with_the_words(b in text()) {
-            for i in 0..=b.len() {
-                agree(&b, i)?;
-            }
-        }
-
-        /// Long plain runs with one stop placed anywhere (the common shape of a message's text).
-        #[test]
-        fn sse2_finds_a_stop_anywhere_in_a_long_run(len in 0usize..200, at in 0usize..200, stop in prop_oneof![Just(b'"'), Just(b'\\'), 0u8..0x20], high in proptest::option::of(0usize..200)) {
-            let mut b = vec![b'x'; len];
-            if at < len {
-                b[at] = stop;
-            }
-            if let Some(h) = high.filter(|&h| h < len && h != at) {
-                b[h] = 0xc3;
-            }
-            for i in 0..=b.len() {
-                agree(&b, i)?;
-            }
-        }
     }
 }
