@@ -293,6 +293,9 @@ pub struct Limits {
     /// Sessions held at most (online or not) before a client asking for a new session that
     /// outlives its connection is refused.
     pub max_sessions: usize,
+    /// Connections the kernel may hold for each TCP listener before the broker accepts them
+    /// (the `listen` backlog; the kernel caps it at `net.core.somaxconn`).
+    pub listen_backlog: u32,
 }
 
 impl Default for Limits {
@@ -319,6 +322,7 @@ impl Default for Limits {
             max_retained_messages: 1_000_000,
             max_retained_bytes: 1 << 30,
             max_sessions: 1_000_000,
+            listen_backlog: 1024,
         }
     }
 }
@@ -458,6 +462,9 @@ impl Config {
                 "must be at least limits.max_connections: the sessions of connected clients count",
             ));
         }
+        if !(1..=65_535).contains(&l.listen_backlog) {
+            return Err(invalid("limits.listen_backlog", "must be between 1 and 65535"));
+        }
         if l.max_subscriptions_per_client == 0 {
             return Err(invalid("limits.max_subscriptions_per_client", "must be at least 1"));
         }
@@ -538,6 +545,10 @@ mod tests {
             (
                 "[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n[limits]\nmax_sessions = 99999\n",
                 "limits.max_sessions",
+            ),
+            (
+                "[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n[limits]\nlisten_backlog = 0\n",
+                "limits.listen_backlog",
             ),
         ];
         for (text, key) in cases {

@@ -302,6 +302,7 @@ impl Server {
             let endpoint = Arc::new(Endpoint::new(Arc::from(name.as_str()), lc, ctx.clone(), tls));
             let running = listener::start(
                 lc.bind,
+                config.limits.listen_backlog,
                 endpoint,
                 connections.clone(),
                 config.limits.max_connections,

@@ -173,9 +173,11 @@ pub(crate) struct Running {
     pub(crate) task: tokio::task::JoinHandle<()>,
 }
 
-/// Binds `bind` as the endpoint's kind needs and starts serving it until `stop` changes.
+/// Binds `bind` as the endpoint's kind needs (a TCP listener with a `listen` backlog of
+/// `backlog`) and starts serving it until `stop` changes.
 pub(crate) async fn start(
     bind: SocketAddr,
+    backlog: u32,
     endpoint: Arc<Endpoint>,
     connections: Arc<Connections>,
     max_connections: usize,
@@ -183,7 +185,7 @@ pub(crate) async fn start(
 ) -> std::io::Result<Running> {
     match endpoint.kind.transport() {
         Transport::Stream => {
-            let socket = TcpListener::bind(bind).await?;
+            let socket = tcp_listener(bind, backlog)?;
             let addr = socket.local_addr()?;
             let task =
                 tokio::spawn(accept_loop(socket, endpoint, connections, max_connections, stop.clone()));
@@ -201,6 +203,20 @@ pub(crate) async fn start(
             Ok(Running { addr, task })
         }
     }
+}
+
+/// A TCP listener on `bind` with room for `backlog` connections the broker has not accepted
+/// yet. The standard library's 128 is few for a reconnect storm: when a burst of connections
+/// fills it while the broker is busy, the kernel drops the SYNs beyond it, and each of those
+/// clients waits a retransmission timeout (a second at first) before it tries again.
+fn tcp_listener(bind: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket =
+        if bind.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    // As the standard library's listeners: a restarted broker binds at once although
+    // connections of the previous process are still in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(bind)?;
+    socket.listen(backlog)
 }
 
 /// Accepts connections on `socket` until `stop` changes, within `max_connections` open
@@ -269,5 +285,27 @@ fn admit(
             }
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tcp_listener;
+
+    /// The kernel completes the handshake of up to `backlog` connections that nobody has
+    /// accepted yet (the standard library's 128 would leave the rest waiting on retransmitted
+    /// SYNs, which this test would see as connects that do not finish).
+    #[tokio::test]
+    async fn a_listener_holds_its_backlog_of_connections_not_yet_accepted() {
+        let listener = tcp_listener("127.0.0.1:0".parse().unwrap(), 300).expect("listener");
+        let addr = listener.local_addr().unwrap();
+        let connects = (0..250).map(|_| tokio::net::TcpStream::connect(addr));
+        let all = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            futures_util::future::join_all(connects),
+        );
+        let streams = all.await.expect("every connect completes without an accept");
+        assert!(streams.iter().all(Result::is_ok));
+        drop(listener);
     }
 }
