@@ -163,6 +163,17 @@ async fn a_console_session_made_on_one_node_works_on_every_node_and_ends_everywh
     let (status, answer) = with_session(&b, "POST", "/api/v1/users", &cookie, Some(&csrf), "", alice).await;
     assert_eq!(status, 201, "{answer}");
 
+    // A well-formed cookie of no session: looked up once in the bucket, then refused.
+    let fetched = |n: &ContentServer| {
+        let stats = n.server.as_ref().expect("running").cluster().expect("in a cluster").stats();
+        stats.console_fetched.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = fetched(&b);
+    let nobody = format!("mesgd_session={}.{}", "0".repeat(32), "A".repeat(43));
+    let (status, answer) = whoami(&b, &nobody).await;
+    assert_eq!((status, code(&answer)), (401, "unauthenticated"));
+    assert_eq!(fetched(&b), before + 1);
+
     // Forged and altered cookies: refused on both nodes.
     let (id, secret) =
         cookie.strip_prefix("mesgd_session=").expect("the name").split_once('.').expect("id.secret");

@@ -21,6 +21,10 @@
 //!   it, so the records of sessions nobody ended and the delete markers of those that were
 //!   ended go by themselves; a session in use is written again long before.
 //!
+//! - **Unknown sessions**: a cookie naming a session the table does not have is looked up in
+//!   the bucket once ([`ConsoleCluster::fetch`]), since the browser's next request after a
+//!   login may reach another node before that node's watcher brings the session.
+//!
 //! JetStream assets: one bucket whatever the number of sessions, and one watcher per node.
 
 use std::collections::HashSet;
@@ -42,6 +46,10 @@ use crate::stats::ClusterStats;
 
 /// How often the table is compared with the whole bucket.
 const RECONCILE: Duration = Duration::from_secs(60);
+/// Lookups of unknown sessions at once ([`ConsoleCluster::fetch`]): one per request that
+/// presents a cookie this node does not know, so a flood of made-up cookies costs NATS at most
+/// this many round trips in flight.
+const MAX_FETCHES: usize = 16;
 /// How long a watcher that ended waits before it is made again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -68,6 +76,8 @@ struct Inner {
     timeout: Duration,
     stats: Arc<ClusterStats>,
     jobs: mpsc::Sender<Job>,
+    /// Lookups of sessions this node does not know, at most [`MAX_FETCHES`] at once.
+    fetching: Arc<tokio::sync::Semaphore>,
 }
 
 /// A write the API does not wait for.
@@ -98,7 +108,9 @@ impl ConsoleNode {
         .await
         .map_err(StartError::Console)?;
         let (jobs, jobs_rx) = mpsc::channel(setup.capacity);
-        let node = ConsoleNode { inner: Arc::new(Inner { kv, local, timeout: setup.timeout, stats, jobs }) };
+        let fetching = Arc::new(tokio::sync::Semaphore::new(MAX_FETCHES));
+        let inner = Inner { kv, local, timeout: setup.timeout, stats, jobs, fetching };
+        let node = ConsoleNode { inner: Arc::new(inner) };
         let listed = match tokio::time::timeout(setup.load_timeout, node.reconcile()).await {
             Ok(Ok(listed)) => listed,
             failed => {
@@ -273,5 +285,24 @@ impl ConsoleCluster for ConsoleNode {
 
     fn forget(&self, id: &str, revision: u64) {
         self.queue(Job::Forget { id: id.to_owned(), revision });
+    }
+
+    fn fetch(&self, id: &str) -> ConsoleFuture<()> {
+        let Ok(permit) = self.inner.fetching.clone().try_acquire_owned() else {
+            ClusterStats::add(&self.stats().console_fetch_busy, 1);
+            return Box::pin(std::future::ready(()));
+        };
+        let (node, id) = (self.clone(), id.to_owned());
+        Box::pin(async move {
+            let _permit = permit;
+            let me = &node.inner;
+            ClusterStats::add(&me.stats.console_fetched, 1);
+            match tokio::time::timeout(me.timeout, me.kv.entry(&id)).await {
+                Ok(Ok(Some(entry))) => node.apply(&entry.key, entry.operation, &entry.value, entry.revision),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "cluster: cannot look up a console session"),
+                Err(_) => tracing::debug!("cluster: a console session lookup timed out"),
+            }
+        })
     }
 }

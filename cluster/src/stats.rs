@@ -123,6 +123,10 @@ pub struct ClusterStats {
     pub console_refused: AtomicU64,
     /// Unreadable console session records (or keys) in the bucket.
     pub console_invalid: AtomicU64,
+    /// Lookups in the bucket of a session a request named and this node did not know.
+    pub console_fetched: AtomicU64,
+    /// Such lookups not made: as many were in flight as allowed.
+    pub console_fetch_busy: AtomicU64,
     /// Times this node made its token key store the cluster's (at the start, and each time
     /// another node changed it).
     pub token_keys_adopted: AtomicU64,
@@ -492,6 +496,18 @@ impl ClusterStats {
                 get(&self.console_refused),
             ),
             ("console_invalid", "Unreadable console session records", Counter, get(&self.console_invalid)),
+            (
+                "console_fetched",
+                "Lookups in the bucket of console sessions a request named and this node did not know",
+                Counter,
+                get(&self.console_fetched),
+            ),
+            (
+                "console_fetch_busy",
+                "Lookups of unknown console sessions not made: the bound of lookups at once was reached",
+                Counter,
+                get(&self.console_fetch_busy),
+            ),
             (
                 "token_keys_adopted",
                 "Times this node's token key store was made the cluster's",

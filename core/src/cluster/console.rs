@@ -171,6 +171,12 @@ pub trait ConsoleCluster: Send + Sync + fmt::Debug {
     /// gone): its record is deleted if it still is at `revision` (any revision when 0), so that
     /// a use on another node meanwhile keeps it. Never waits.
     fn forget(&self, id: &str, revision: u64);
+    /// Looks in the bucket for session `id`, which this node does not know, and applies what
+    /// it finds to the table as the watcher would: a browser's next request after a login on
+    /// another node may reach this node before the watcher brings the session. Bounded in time
+    /// and in lookups at once (a cookie naming no session costs at most one lookup, and none
+    /// while the bound is reached).
+    fn fetch(&self, id: &str) -> ConsoleFuture<()>;
 }
 
 /// A change of the bucket, for the API's table.

@@ -240,7 +240,9 @@ async fn authenticate(ctx: &Arc<ServerContext>, headers: &HeaderMap) -> Result<O
         return Ok(record.map(|t| Principal::Token { name: t.name, scope: t.scope }));
     }
     let Some(value) = cookie(headers, SESSION_COOKIE) else { return Ok(None) };
-    let Some(Session { id, admin, csrf }) = ctx.api.sessions.session(value, crate::clock::now()) else {
+    let Some(Session { id, admin, csrf }) =
+        ctx.api.sessions.session_anywhere(value, crate::clock::now()).await
+    else {
         return Ok(None);
     };
     // The account may have been removed (or its role changed) since the login.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mesgd_core::cluster::console::{
-    Applied, Change, ConsoleCluster, ConsoleRecord, LocalConsole, Unreachable, touch_every,
+    Applied, Change, ConsoleCluster, ConsoleRecord, LocalConsole, Unreachable, is_session_id, touch_every,
 };
 use mesgd_core::sync::lock;
 use sha2::{Digest as _, Sha256};
@@ -235,6 +235,24 @@ impl BrowserSessions {
             cluster.touch(id, &record, revision);
         }
         Some(found)
+    }
+
+    /// [`BrowserSessions::session`], looking first in the cluster's bucket for a session this
+    /// node does not know (clustered only): a browser's next request after its login on
+    /// another node may reach this node before the session does.
+    pub(crate) async fn session_anywhere(&self, cookie: &str, now: Instant) -> Option<Session> {
+        if let Some(found) = self.session(cookie, now) {
+            return Some(found);
+        }
+        let cluster = self.cluster.get()?;
+        let (id, _) = cookie.split_once('.')?;
+        // A session this node has, or ended itself, is not looked up: the answer stands.
+        let known = |t: &Table| t.open.contains_key(id) || t.ended.contains_key(id);
+        if !is_session_id(id) || known(&lock(&self.table)) {
+            return None;
+        }
+        cluster.fetch(id).await;
+        self.session(cookie, now)
     }
 
     /// Whether session `id` is still open and not idle too long, without touching it: a

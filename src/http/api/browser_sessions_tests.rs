@@ -47,6 +47,11 @@ impl ConsoleCluster for Recorded {
     fn forget(&self, id: &str, revision: u64) {
         self.calls.lock().unwrap().push(format!("forget {id} {revision}"));
     }
+
+    fn fetch(&self, id: &str) -> ConsoleFuture<()> {
+        self.calls.lock().unwrap().push(format!("fetch {id}"));
+        Box::pin(std::future::ready(()))
+    }
 }
 
 fn clustered(max: usize) -> (BrowserSessions, Recorded) {
@@ -210,4 +215,29 @@ async fn clustered_idle_and_least_recently_used_sessions_are_forgotten_at_their_
         let applied = sessions.apply_at(&id, Change::Put(record, u64::from(n)), now, wall);
         assert_eq!(applied, if n <= 2 { Applied::Kept } else { Applied::Full }, "session {n}");
     }
+}
+
+#[tokio::test]
+async fn clustered_a_cookie_of_a_session_not_known_here_is_looked_up_once_in_the_bucket() {
+    let (sessions, cluster) = clustered(8);
+    let (now, wall) = (crate::clock::now(), SystemTime::now());
+    // Not here yet (made on another node a moment ago): one lookup, then the table decides.
+    let (id, cookie, record) = remote(1, "root", wall, Duration::from_secs(1));
+    assert!(sessions.session_anywhere(&cookie, now).await.is_none(), "the fake bucket has nothing");
+    assert_eq!(cluster.calls(), [format!("fetch {id}")]);
+    // Known here: decided here, whatever the secret.
+    sessions.apply_at(&id, Change::Put(record, 3), now, wall);
+    assert!(sessions.session_anywhere(&cookie, now).await.is_some());
+    let wrong = format!("{id}.{}", URL_SAFE_NO_PAD.encode([9u8; 32]));
+    assert!(sessions.session_anywhere(&wrong, now).await.is_none());
+    // Ended here: its record must not come back through a lookup either.
+    let (mine, _) = sessions.open("root").await.unwrap();
+    sessions.close(id_of(&mine)).await.unwrap();
+    assert!(sessions.session_anywhere(&mine, now).await.is_none());
+    // Not a session id at all: no lookup.
+    for bad in ["garbage", "abc.def", "mesgd", ""] {
+        assert!(sessions.session_anywhere(bad, now).await.is_none());
+    }
+    let calls = cluster.calls();
+    assert!(calls.iter().all(|c| !c.starts_with("fetch")), "{calls:?}");
 }
