@@ -164,3 +164,27 @@ async fn the_minority_side_of_a_partition_acknowledges_nothing_and_sends_its_cli
     let lost: Vec<_> = acked.difference(&stored).collect();
     assert!(lost.is_empty(), "acknowledged but not in the stream: {lost:?} (stored: {stored:?})");
 }
+
+/// A node started together with its NATS cluster, before the servers have found each other:
+/// JetStream has no quorum, so no meta leader, and every stream creation is refused or
+/// unanswered. The start waits (`jetstream_ready_timeout_ms`, 30 s by default) instead of
+/// failing, and the node serves once the servers are joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_before_its_nats_cluster_has_a_quorum_waits_for_it() {
+    let nats = NatsCluster::start_cut().await;
+    let url = nats.urls[0].clone();
+    let mut starting = tokio::spawn(async move { node("a", &url).await });
+    // Longer than one JetStream request's timeout (5 s): a start that gave up at the first
+    // refusal or timeout has ended (failed) by now.
+    let early = tokio::time::timeout(Duration::from_secs(7), &mut starting).await;
+    if let Ok(ended) = early {
+        panic!("the start ended while JetStream had no quorum: {:?}", ended.err());
+    }
+
+    nats.heal();
+    let a = tokio::time::timeout(Duration::from_secs(60), starting)
+        .await
+        .expect("the node started within 60 s of the servers joining")
+        .expect("the node started");
+    publish_until_acknowledged(a.addr, "p", "joined", Duration::from_secs(30)).await;
+}

@@ -45,6 +45,11 @@ pub struct ClusterConfig {
     /// How long start-up waits for the first connection to NATS, in milliseconds.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// How long start-up goes on asking JetStream to create (or find) each stream and bucket
+    /// while it answers that it is not ready (a NATS cluster still electing its leaders), in
+    /// milliseconds. 0: the first refusal ends the start.
+    #[serde(default = "default_jetstream_ready_timeout_ms")]
+    pub jetstream_ready_timeout_ms: u64,
     /// How long this node goes on serving its clients alone after losing NATS, in
     /// milliseconds: past it, it closes their connections (MQTT 5: DISCONNECT 0x9C Use another
     /// server) so that they reconnect, through the load balancer, to a node that is still in
@@ -164,6 +169,9 @@ fn default_replicas() -> usize {
 fn default_connect_timeout_ms() -> u64 {
     5000
 }
+fn default_jetstream_ready_timeout_ms() -> u64 {
+    30_000
+}
 fn default_nats_lost_close_ms() -> u64 {
     15_000
 }
@@ -233,6 +241,7 @@ impl fmt::Debug for ClusterConfig {
             .field("retained_stream", &self.retained_stream)
             .field("retained_replicas", &self.retained_replicas)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("jetstream_ready_timeout_ms", &self.jetstream_ready_timeout_ms)
             .field("nats_lost_close_ms", &self.nats_lost_close_ms)
             .field("retained_load_timeout_ms", &self.retained_load_timeout_ms)
             .field("retained_tombstone_ms", &self.retained_tombstone_ms)

@@ -61,6 +61,8 @@ pub(crate) struct ConsoleSetup {
     pub(crate) timeout: Duration,
     pub(crate) load_timeout: Duration,
     pub(crate) capacity: usize,
+    /// How long creating the bucket waits for JetStream ([`crate::streams::get_or_create`]).
+    pub(crate) patience: Duration,
 }
 
 /// The API's [`ConsoleCluster`] seam; cheap to clone.
@@ -104,6 +106,7 @@ impl ConsoleNode {
             "mesgd console: the administrators' browser sessions",
             i32::try_from(MAX_RECORD_LEN).unwrap_or(i32::MAX),
             max_age,
+            setup.patience,
         )
         .await
         .map_err(StartError::Console)?;

@@ -194,11 +194,14 @@ impl Cluster {
         config.validate()?;
         let stats = Arc::new(ClusterStats::default());
         let client = connect(config, &stats, true).await?;
+        let patience = Duration::from_millis(config.jetstream_ready_timeout_ms);
         let js = async_nats::jetstream::new(client.clone());
         let users_js = js.clone();
-        let stream = retained::stream(&js, &config.retained_stream, config.retained_replicas).await?;
+        let stream =
+            retained::stream(&js, &config.retained_stream, config.retained_replicas, patience).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
-        let registry_kv = registry::bucket(&js, &config.registry_bucket, config.registry_replicas).await?;
+        let registry_kv =
+            registry::bucket(&js, &config.registry_bucket, config.registry_replicas, patience).await?;
         let session_store = Arc::new(sessions::store::SessionStore::new(
             registry::named_bucket(
                 &js,
@@ -207,6 +210,7 @@ impl Cluster {
                 "mesgd persistent sessions' state, for recovery when their node dies",
                 -1,
                 Duration::ZERO,
+                patience,
             )
             .await
             .map_err(StartError::Registry)?,
@@ -263,7 +267,7 @@ impl Cluster {
             synced: groups_synced_tx,
         };
         let registry_task = registry.serve().await?;
-        durable::stream(&js, &config.durable).await.map_err(StartError::Durable)?;
+        durable::stream(&js, &config.durable, patience).await.map_err(StartError::Durable)?;
         let durable_js = async_nats::jetstream::ContextBuilder::new()
             .timeout(Duration::from_millis(config.durable.store_timeout_ms))
             .build(client.clone());
@@ -279,6 +283,7 @@ impl Cluster {
                 "mesgd wills of live connections",
                 -1,
                 Duration::ZERO,
+                patience,
             )
             .await
             .map_err(StartError::Registry)?,
@@ -289,6 +294,7 @@ impl Cluster {
                 "mesgd node leases",
                 1024,
                 Duration::ZERO,
+                patience,
             )
             .await
             .map_err(StartError::Registry)?,
@@ -382,11 +388,13 @@ impl Cluster {
                 replicas: config.registry_replicas,
                 timeout: Duration::from_millis(config.registry_timeout_ms),
                 capacity: config.queue_capacity,
+                patience,
             },
             content_setup: content::ContentSetup {
                 bucket: config.content_bucket.clone(),
                 replicas: config.registry_replicas,
                 capacity: config.queue_capacity,
+                patience,
             },
             content_applied: std::sync::OnceLock::new(),
             content,
@@ -409,7 +417,9 @@ impl Cluster {
         &self,
         directory: Arc<mesgd_providers::builtin::UserDirectory>,
     ) -> Result<(), StartError> {
-        let stream = users::stream(&self.js, &self.config.users_stream, self.config.users_replicas).await?;
+        let stream =
+            users::stream(&self.js, &self.config.users_stream, self.config.users_replicas, self.patience())
+                .await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
         let task = users::start(self.js.clone(), &stream, directory, self.stats.clone(), wait).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
@@ -423,7 +433,9 @@ impl Cluster {
         &self,
         sessions: Arc<mesgd_providers::sessions::Sessions>,
     ) -> Result<(), StartError> {
-        let stream = logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas).await?;
+        let stream =
+            logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas, self.patience())
+                .await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
         let task = logins::start(self.js.clone(), stream, sessions, self.stats.clone(), wait).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
@@ -442,7 +454,9 @@ impl Cluster {
         if !self.config.share_token_keys {
             return Ok(());
         }
-        let stream = logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas).await?;
+        let stream =
+            logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas, self.patience())
+                .await?;
         let task = token_keys::start(self.js.clone(), stream, dir, reload, self.stats.clone()).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
@@ -485,6 +499,7 @@ impl Cluster {
             timeout: Duration::from_millis(self.config.registry_timeout_ms),
             load_timeout: Duration::from_millis(self.config.retained_load_timeout_ms),
             capacity: self.config.queue_capacity,
+            patience: self.patience(),
         };
         let (node, tasks) =
             console::ConsoleNode::start(&self.js, &setup, local, max_age, self.stats.clone()).await?;
@@ -540,6 +555,11 @@ impl Cluster {
     /// The counters.
     pub fn stats(&self) -> &Arc<ClusterStats> {
         &self.stats
+    }
+
+    /// How long creating a stream or bucket waits for JetStream (`jetstream_ready_timeout_ms`).
+    fn patience(&self) -> Duration {
+        Duration::from_millis(self.config.jetstream_ready_timeout_ms)
     }
 
     /// Waits until every subscription made on this node so far has its NATS subscription in

@@ -51,7 +51,12 @@ const PRUNE_BATCH: usize = 1_000;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The stream of logins, created if it does not exist.
-pub(crate) async fn stream(js: &Context, name: &str, replicas: usize) -> Result<stream::Stream, StartError> {
+pub(crate) async fn stream(
+    js: &Context,
+    name: &str,
+    replicas: usize,
+    patience: Duration,
+) -> Result<stream::Stream, StartError> {
     let config = stream::Config {
         name: name.to_owned(),
         subjects: vec![format!("{PREFIX}.>")],
@@ -66,7 +71,7 @@ pub(crate) async fn stream(js: &Context, name: &str, replicas: usize) -> Result<
         ),
         ..Default::default()
     };
-    crate::streams::get_or_create(js, config).await.map_err(StartError::Logins)
+    crate::streams::get_or_create(js, config, patience).await.map_err(StartError::Logins)
 }
 
 /// Makes this node use the cluster's key, applies the ended sessions the stream holds (waiting

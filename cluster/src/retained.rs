@@ -34,6 +34,7 @@ pub(crate) async fn stream(
     js: &Context,
     name: &str,
     replicas: usize,
+    patience: Duration,
 ) -> Result<stream::Stream, crate::StartError> {
     let config = stream::Config {
         name: name.to_owned(),
@@ -45,7 +46,7 @@ pub(crate) async fn stream(
         description: Some("mesgd retained messages: one per topic".to_owned()),
         ..Default::default()
     };
-    crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Stream)
+    crate::streams::get_or_create(js, config, patience).await.map_err(crate::StartError::Stream)
 }
 
 /// How many tombstones one node keeps track of for purging at most; past it, the oldest is

@@ -1,22 +1,69 @@
 //! Creating the cluster's JetStream streams at start, where several nodes may start at once.
 
-use async_nats::jetstream::{self, stream};
+use std::time::Duration;
+
+use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+use async_nats::jetstream::{self, ErrorCode, stream};
+use tokio::time::Instant;
 
 /// The stream `config` names, created if it does not exist. Nodes that start at once may each
 /// find it missing and each create it: the server answers the later creation that its subjects
 /// overlap an existing stream, and the stream the other node created is read instead. The
 /// error is the creation's when that stream cannot be read either.
+///
+/// A NATS cluster that has just started may not answer yet: its servers are still electing the
+/// JetStream meta leader, or the new stream's replicas their leader, and the request times out
+/// or is refused as temporarily unavailable. Such a refusal is tried again, with a growing
+/// pause, for up to `patience` (`jetstream_ready_timeout_ms`) in all, each one logged, so that
+/// a node started together with its NATS servers waits for them instead of exiting.
 pub(crate) async fn get_or_create(
     js: &jetstream::Context,
     config: stream::Config,
+    patience: Duration,
 ) -> Result<stream::Stream, String> {
     let name = config.name.clone();
     let max_bytes = config.max_bytes;
-    match js.get_or_create_stream(config).await {
-        Ok(stream) => Ok(stream),
-        Err(created) => {
-            js.get_stream(&name).await.map_err(|_| explain(&name, max_bytes, &created.to_string()))
+    let deadline = Instant::now() + patience;
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) if not_ready(&e) && Instant::now() + pause < deadline => {
+                tracing::warn!(
+                    stream = %name,
+                    error = %e,
+                    retry_in_ms = pause.as_millis() as u64,
+                    "cluster: JetStream is not ready (a NATS cluster still electing its leaders?); \
+                     trying again until jetstream_ready_timeout_ms"
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            Err(created) => {
+                return js
+                    .get_stream(&name)
+                    .await
+                    .map_err(|_| explain(&name, max_bytes, &created.to_string()));
+            }
         }
+    }
+}
+
+/// The first pause after a refusal, and the longest.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// Whether JetStream refused for a reason that passes once a starting cluster has its leaders:
+/// no answer in time, no JetStream responder yet, "temporarily unavailable" (10008), or no
+/// peers known yet for the replicas (10005; on a cluster too small for the replica count this
+/// stays, and the creation fails once the patience is spent).
+fn not_ready(error: &CreateStreamError) -> bool {
+    match error.kind() {
+        CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => true,
+        CreateStreamErrorKind::JetStream(e) => {
+            matches!(e.error_code(), ErrorCode::CLUSTER_NOT_AVAILABLE | ErrorCode::CLUSTER_NO_PEERS)
+        }
+        _ => false,
     }
 }
 

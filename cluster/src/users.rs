@@ -65,6 +65,7 @@ pub(crate) async fn stream(
     js: &Context,
     name: &str,
     replicas: usize,
+    patience: Duration,
 ) -> Result<stream::Stream, crate::StartError> {
     let config = stream::Config {
         name: name.to_owned(),
@@ -75,7 +76,7 @@ pub(crate) async fn stream(
         description: Some("mesgd builtin users and content-routing roles: the last state of each".to_owned()),
         ..Default::default()
     };
-    crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Users)
+    crate::streams::get_or_create(js, config, patience).await.map_err(crate::StartError::Users)
 }
 
 /// Applies what the stream holds to the local store (waiting at most `load_timeout` for it),

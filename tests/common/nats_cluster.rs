@@ -58,18 +58,25 @@ impl NatsCluster {
     /// Starts three servers routed to each other and waits until JetStream has elected its
     /// meta leader.
     pub async fn start() -> NatsCluster {
-        NatsCluster::start_with(false).await
+        NatsCluster::start_with(false, false).await
     }
 
     /// Like [`NatsCluster::start`], with every route between two servers relayed through the
     /// test, so that [`NatsCluster::isolate`] can cut a server off.
     pub async fn start_partitionable() -> NatsCluster {
-        NatsCluster::start_with(true).await
+        NatsCluster::start_with(true, false).await
     }
 
-    async fn start_with(relayed: bool) -> NatsCluster {
+    /// Like [`NatsCluster::start_partitionable`] with every server cut off from the others
+    /// from the start: JetStream has no quorum, hence no meta leader, until
+    /// [`NatsCluster::heal`] (returns once the servers run, without waiting for a leader).
+    pub async fn start_cut() -> NatsCluster {
+        NatsCluster::start_with(true, true).await
+    }
+
+    async fn start_with(relayed: bool, cut: bool) -> NatsCluster {
         let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-        let cuts: Vec<watch::Sender<bool>> = (0..3).map(|_| watch::channel(false).0).collect();
+        let cuts: Vec<watch::Sender<bool>> = (0..3).map(|_| watch::channel(cut).0).collect();
         // Server i's routes: straight to every cluster port, or through one relay per other
         // server. Relayed servers advertise a port nobody listens on, so that the routes they
         // learn from each other (gossip) cannot bypass the relays.
@@ -118,7 +125,7 @@ impl NatsCluster {
             let tx = tx.clone();
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
-                    if line.contains("new metadata leader") {
+                    if line.contains("new metadata leader") || line.contains("Server is ready") {
                         let _ = tx.send(line);
                     }
                 }
@@ -126,7 +133,23 @@ impl NatsCluster {
             children.push(child);
             dirs.push(dir);
         }
-        within("the NATS cluster's JetStream meta leader", leader.recv()).await.expect("a server's log");
+        if cut {
+            // Every server says it is ready; none can become the leader.
+            let mut ready = 0;
+            while ready < 3 {
+                let line = within("the NATS servers ready", leader.recv()).await.expect("a server's log");
+                ready += usize::from(line.contains("Server is ready"));
+            }
+        } else {
+            loop {
+                let line = within("the NATS cluster's JetStream meta leader", leader.recv())
+                    .await
+                    .expect("a server's log");
+                if line.contains("new metadata leader") {
+                    break;
+                }
+            }
+        }
         let urls = ports.iter().map(|(p, _)| format!("nats://127.0.0.1:{p}")).collect();
         NatsCluster { children, urls, _dirs: dirs, cuts }
     }

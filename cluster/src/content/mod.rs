@@ -46,6 +46,8 @@ pub(crate) struct ContentSetup {
     pub(crate) bucket: String,
     pub(crate) replicas: usize,
     pub(crate) capacity: usize,
+    /// How long creating the bucket waits for JetStream ([`crate::streams::get_or_create`]).
+    pub(crate) patience: std::time::Duration,
 }
 
 /// A message for one node.
@@ -105,7 +107,7 @@ impl ContentNode {
         stats: Arc<ClusterStats>,
     ) -> Result<(ContentNode, Vec<JoinHandle<()>>), crate::StartError> {
         let js = async_nats::jetstream::new(client.clone());
-        let kv = paths::bucket(&js, &setup.bucket, setup.replicas).await?;
+        let kv = paths::bucket(&js, &setup.bucket, setup.replicas, setup.patience).await?;
         let (out, out_rx) = mpsc::channel(setup.capacity);
         let content = ContentNode {
             inner: Arc::new(Inner {

@@ -29,6 +29,7 @@ pub(super) async fn bucket(
     js: &jetstream::Context,
     name: &str,
     replicas: usize,
+    patience: Duration,
 ) -> Result<kv::Store, crate::StartError> {
     crate::registry::named_bucket(
         js,
@@ -37,6 +38,7 @@ pub(super) async fn bucket(
         "mesgd content routing: each node's listener paths",
         8192,
         Duration::ZERO,
+        patience,
     )
     .await
     .map_err(crate::StartError::Content)

@@ -37,6 +37,7 @@ const MAX_FAILED: usize = 4096;
 pub(crate) async fn stream(
     js: &jetstream::Context,
     config: &DurableConfig,
+    patience: Duration,
 ) -> Result<stream::Stream, String> {
     let config = stream::Config {
         name: config.stream.clone(),
@@ -50,7 +51,7 @@ pub(crate) async fn stream(
         description: Some("mesgd QoS 1/2 messages, stored before their acknowledgement".to_owned()),
         ..Default::default()
     };
-    crate::streams::get_or_create(js, config).await
+    crate::streams::get_or_create(js, config, patience).await
 }
 
 #[derive(Debug, Default)]

@@ -58,10 +58,11 @@ pub(crate) async fn bucket(
     js: &jetstream::Context,
     name: &str,
     replicas: usize,
+    patience: Duration,
 ) -> Result<kv::Store, crate::StartError> {
     let description = "mesgd session registry: the node owning each MQTT client id";
     let max_message_size = i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX);
-    named_bucket(js, name, replicas, description, max_message_size, Duration::ZERO)
+    named_bucket(js, name, replicas, description, max_message_size, Duration::ZERO, patience)
         .await
         .map_err(crate::StartError::Registry)
 }
@@ -77,6 +78,7 @@ pub(crate) async fn named_bucket(
     description: &str,
     max_message_size: i32,
     max_age: Duration,
+    patience: Duration,
 ) -> Result<kv::Store, String> {
     let config = stream::Config {
         name: format!("KV_{name}"),
@@ -96,8 +98,26 @@ pub(crate) async fn named_bucket(
         duplicate_window: if max_age.is_zero() { Duration::ZERO } else { max_age.min(DUPLICATE_WINDOW) },
         ..Default::default()
     };
-    crate::streams::get_or_create(js, config).await?;
-    js.get_key_value(name).await.map_err(|e| e.to_string())
+    let stream = crate::streams::get_or_create(js, config, patience).await?;
+    // The store over the stream just created or found, as async-nats's `get_key_value` makes
+    // it, without reading the stream's information a second time.
+    let settings = &stream.cached_info().config;
+    if settings.max_messages_per_subject < 1 || settings.mirror.is_some() {
+        return Err(format!(
+            "stream KV_{name} exists but is not a key-value bucket this node can use \
+             (max_messages_per_subject {}, mirror {}): remove it or name another bucket",
+            settings.max_messages_per_subject,
+            settings.mirror.is_some()
+        ));
+    }
+    Ok(kv::Store {
+        name: name.to_owned(),
+        stream_name: format!("KV_{name}"),
+        prefix: format!("$KV.{name}."),
+        put_prefix: None,
+        use_jetstream_prefix: false,
+        stream,
+    })
 }
 
 /// The broker's [`SessionRegistry`] seam; cheap to clone.

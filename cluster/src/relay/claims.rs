@@ -32,6 +32,7 @@ pub(super) async fn bucket(
     js: &jetstream::Context,
     name: &str,
     replicas: usize,
+    patience: Duration,
 ) -> Result<kv::Store, crate::StartError> {
     crate::registry::named_bucket(
         js,
@@ -40,6 +41,7 @@ pub(super) async fn bucket(
         "mesgd relay: the node holding each relay address",
         i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX),
         Duration::ZERO,
+        patience,
     )
     .await
     .map_err(crate::StartError::Relay)

@@ -66,6 +66,9 @@ pub(crate) struct RelaySetup {
     pub(crate) replicas: usize,
     pub(crate) timeout: Duration,
     pub(crate) capacity: usize,
+    /// How long creating the bucket and the stream waits for JetStream
+    /// ([`crate::streams::get_or_create`]).
+    pub(crate) patience: Duration,
 }
 
 /// The relay's [`RelayCluster`] seam; cheap to clone.
@@ -132,8 +135,8 @@ impl RelayNode {
         stats: Arc<ClusterStats>,
     ) -> Result<(RelayNode, Vec<JoinHandle<()>>), crate::StartError> {
         let js = jetstream::new(client.clone());
-        let kv = claims::bucket(&js, &setup.bucket, setup.replicas).await?;
-        let queue = queue::stream(&js, &setup.stream, setup.replicas, &limits).await?;
+        let kv = claims::bucket(&js, &setup.bucket, setup.replicas, setup.patience).await?;
+        let queue = queue::stream(&js, &setup.stream, setup.replicas, &limits, setup.patience).await?;
         let (sends, sends_rx) = mpsc::channel(setup.capacity);
         let (room_out, room_rx) = mpsc::channel(setup.capacity);
         let (pipe_frames, pipe_rx) = mpsc::channel(setup.capacity);

@@ -37,6 +37,7 @@ pub(super) async fn stream(
     name: &str,
     replicas: usize,
     limits: &QueueLimits,
+    patience: std::time::Duration,
 ) -> Result<stream::Stream, crate::StartError> {
     let config = stream::Config {
         name: name.to_owned(),
@@ -52,7 +53,7 @@ pub(super) async fn stream(
         discard: DiscardPolicy::New,
         ..Default::default()
     };
-    crate::streams::get_or_create(js, config).await.map_err(crate::StartError::Relay)
+    crate::streams::get_or_create(js, config, patience).await.map_err(crate::StartError::Relay)
 }
 
 impl RelayNode {
