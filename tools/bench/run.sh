@@ -18,6 +18,11 @@
 #   DUR (5) WARMUP (1) IDLE_CONNS (10000) ONLY (regex over scenario lines) SKIP_IDLE (0)
 #   LOADGEN_USERNAME / LOADGEN_PASSWORD: credentials for every mesgd connection (Mosquitto and
 #   rumqttd stay anonymous).
+#   AUTH=1: every broker checks a password and a 10-rule ACL (the same rules for each): mesgd
+#   its builtin provider, Mosquitto a password_file and an acl_file; rumqttd, which has no
+#   ACL, is left out. The generator logs in as bench / bench-secret, and each idle test is
+#   preceded by an unrecorded one of 100 connections, so that mesgd's verification cache is
+#   warm when it is measured (Mosquitto verifies every connect: it has none).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE="$ROOT/tools/bench"
@@ -29,15 +34,38 @@ LOADGEN=${LOADGEN:-${CARGO_TARGET_DIR:-$ROOT/tools/loadgen/target}/release/loadg
 MOSQ_BIN=${MOSQ_BIN:-mosquitto}
 RUMQTTD_BIN=${RUMQTTD_BIN:-$HOME/.cargo/bin/rumqttd}
 DUR=${DUR:-5}; WARMUP=${WARMUP:-1}; IDLE_CONNS=${IDLE_CONNS:-10000}
-ONLY=${ONLY:-.}; SKIP_IDLE=${SKIP_IDLE:-0}
+ONLY=${ONLY:-.}; SKIP_IDLE=${SKIP_IDLE:-0}; AUTH=${AUTH:-0}
 MOSQ_PORT=29883; RUMQ_PORT=29884; MESGD_PORT=29885; BASE_PORT=29886; ECHO_PORT=29870
 mkdir -p "$WORK" "$(dirname "$OUT")"; : > "$OUT"
 ulimit -n 65536 2>/dev/null || ulimit -n 20000
 for bin in "$MESGD" "$LOADGEN"; do [ -x "$bin" ] || { echo "missing $bin: run tools/bench/setup.sh" >&2; exit 1; }; done
 
+# The ACL of AUTH=1, one rule per line as mesgd's `acl add` takes it: a deny, rules with %u and
+# %c, a $SYS deny, ... and last the grant of the benchmark's topics, so that every publish and
+# delivery is checked against rules that do not match first.
+ACL_RULES=('admin/# deny' 'devices/%u/# readwrite' 'sensors/+/temp read' 'cmd/%c write'
+  'logs/# read' '$SYS/# deny' 'alerts/# read' 'config/+ read' 'status/%u write' 'b/# readwrite')
+if [ "$AUTH" = 1 ]; then
+  export LOADGEN_USERNAME=bench LOADGEN_PASSWORD=bench-secret
+  command -v mosquitto_passwd >/dev/null || { echo "AUTH=1 needs mosquitto_passwd (package mosquitto)" >&2; exit 1; }
+  rm -f "$WORK/mosquitto.passwd"
+  mosquitto_passwd -b -c "$WORK/mosquitto.passwd" bench bench-secret
+  { echo "user bench"
+    for rule in "${ACL_RULES[@]}"; do
+      topic=${rule% *}; access=${rule##* }
+      # Mosquitto's file: %u / %c only in `pattern` lines (which apply to every user).
+      if [[ $topic == *%* ]]; then echo "pattern $access $topic"; else echo "topic $access $topic"; fi
+    done; } > "$WORK/mosquitto.acl"
+  MOSQ_AUTH="allow_anonymous false
+password_file $WORK/mosquitto.passwd
+acl_file $WORK/mosquitto.acl"
+  RUMQTTD_BIN=/nonexistent
+else
+  MOSQ_AUTH="allow_anonymous true"
+fi
 cat > "$WORK/mosquitto.conf" <<CONF
 listener $MOSQ_PORT 127.0.0.1
-allow_anonymous true
+$MOSQ_AUTH
 max_connections -1
 persistence false
 max_queued_messages 100000
@@ -64,8 +92,16 @@ next_connection_delay_ms = 0
     max_inflight_count = 100
     dynamic_filters = true
 CONF
+if [ "$AUTH" = 1 ]; then
+  MESGD_AUTH='allow_anonymous = false
+[[auth.providers]]
+type = "builtin"'
+else
+  MESGD_AUTH="allow_anonymous = true"
+fi
 if [ -z "${MESGD_CONFIG:-}" ]; then
   MESGD_CONFIG="$WORK/mesgd.toml"
+  rm -rf "$WORK/mesgd-data" "$WORK/mesgd-data-base"
   cat > "$MESGD_CONFIG" <<CONF
 [storage]
 dir = "$WORK/mesgd-data"
@@ -75,7 +111,7 @@ name = "bench"
 kind = "mqtt"
 bind = "127.0.0.1:$MESGD_PORT"
 [auth]
-allow_anonymous = true
+$MESGD_AUTH
 [log]
 level = "warn"
 [limits]
@@ -84,6 +120,14 @@ max_queued_messages = 100000
 # refuse most of the idle test's 10,000.
 exempt = ["127.0.0.0/8"]
 CONF
+fi
+
+if [ "$AUTH" = 1 ]; then
+  "$MESGD" --config "$MESGD_CONFIG" user add bench --password-stdin <<< bench-secret >/dev/null
+  for rule in "${ACL_RULES[@]}"; do
+    # shellcheck disable=SC2086
+    "$MESGD" --config "$MESGD_CONFIG" acl add bench $rule >/dev/null
+  done
 fi
 
 declare -A PID CMD PORT
@@ -95,6 +139,7 @@ if [ -x "$RUMQTTD_BIN" ]; then
 fi
 if [ -n "${MESGD_BASE:-}" ]; then
   sed "s/127.0.0.1:$MESGD_PORT/127.0.0.1:$BASE_PORT/; s#^dir = \"\(.*\)\"#dir = \"\1-base\"#" "$MESGD_CONFIG" > "$WORK/mesgd-base.toml"
+  [ "$AUTH" = 1 ] && { rm -rf "$WORK/mesgd-data-base"; cp -r "$WORK/mesgd-data" "$WORK/mesgd-data-base"; }
   PORT[mesgd-base]=$BASE_PORT; CMD[mesgd-base]="$MESGD_BASE serve --config $WORK/mesgd-base.toml"
   BROKERS+=(mesgd-base)
 fi
@@ -129,7 +174,13 @@ gen() { # broker round phase args...: one scenario against one broker, one JSON 
 }
 idle() { # round phase
   [ "$SKIP_IDLE" = 1 ] && return
-  for b in "${BROKERS[@]}"; do gen "$b" "$1" "$2" idle --conns "$IDLE_CONNS" --conc 200 --hold 3; done
+  for b in "${BROKERS[@]}"; do
+    if [ "$AUTH" = 1 ]; then # warms mesgd's verification cache; not recorded
+      timeout 60 taskset -c 1 "$LOADGEN" idle --conns 100 --conc 10 --hold 0 --addr "127.0.0.1:${PORT[$b]}" \
+        --label "$b" --round "$1" --broker-pid "${PID[$b]}" > /dev/null
+    fi
+    gen "$b" "$1" "$2" idle --conns "$IDLE_CONNS" --conc 200 --hold 3
+  done
 }
 
 SCEN=(
