@@ -54,12 +54,13 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// Whether JetStream refused for a reason that passes once a starting cluster has its leaders:
-/// no answer in time, no JetStream responder yet, "temporarily unavailable" (10008), or no
-/// peers known yet for the replicas (10005; on a cluster too small for the replica count this
-/// stays, and the creation fails once the patience is spent).
+/// no answer in time, "temporarily unavailable" (10008), or no peers known yet for the replicas
+/// (10005; on a cluster too small for the replica count this stays, and the creation fails once
+/// the patience is spent). No responder at all is not one of them: a server answers JetStream
+/// requests from its start whenever JetStream is on, so it is off, and waiting cannot help.
 fn not_ready(error: &CreateStreamError) -> bool {
     match error.kind() {
-        CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => true,
+        CreateStreamErrorKind::TimedOut => true,
         CreateStreamErrorKind::JetStream(e) => {
             matches!(e.error_code(), ErrorCode::CLUSTER_NOT_AVAILABLE | ErrorCode::CLUSTER_NO_PEERS)
         }
