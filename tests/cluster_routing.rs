@@ -221,6 +221,16 @@ async fn a_node_that_cannot_reach_nats_does_not_start_and_bad_tables_are_refused
         .expect_err("no NATS there");
     let shown = err.to_string();
     assert!(shown.contains("cannot connect to NATS") && shown.contains(&port.to_string()), "{shown}");
+
+    // JetStream off: refused at once (no responder is not a cluster still starting, which
+    // would be waited for up to jetstream_ready_timeout_ms, 30 s by default).
+    let nats = common::nats::NatsServer::start_without_jetstream().await;
+    let text = format!("{base}[cluster]\nnode = \"a\"\nnats = [{:?}]\n", nats.url);
+    let config = mesgd::config::Config::from_toml(&text, None).unwrap();
+    let err = common::within("start refused", Box::pin(mesgd::Server::start(config)))
+        .await
+        .expect_err("JetStream is off");
+    assert!(err.to_string().contains("jetstream unavailable"), "{err}");
     for (table, expected) in [
         ("[cluster]\nnode = \"a b\"\n", "node"),
         ("[cluster]\nnode = \"a\"\ntoken = \"t\"\nuser = \"u\"\npassword = \"p\"\n", "user and token"),

@@ -67,7 +67,12 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts nats-server with JetStream and waits until it says it is ready.
     pub async fn start() -> NatsServer {
-        NatsServer::start_binary("nats-server").await
+        NatsServer::start_binary("nats-server", true).await
+    }
+
+    /// Starts nats-server with JetStream off.
+    pub async fn start_without_jetstream() -> NatsServer {
+        NatsServer::start_binary("nats-server", false).await
     }
 
     /// Starts a nats-server newer than Debian's 2.9 ([`NEWER`]): `MESGD_TEST_NATS_SERVER_NEWER`
@@ -79,16 +84,18 @@ impl NatsServer {
             Ok(path) => path,
             Err(_) => install_newer(),
         };
-        NatsServer::start_binary(&binary).await
+        NatsServer::start_binary(&binary, true).await
     }
 
-    async fn start_binary(binary: &str) -> NatsServer {
+    async fn start_binary(binary: &str, jetstream: bool) -> NatsServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = jetstream_config(dir.path());
-        let mut child = Command::new(binary)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-c"])
-            .arg(&config)
+        let mut command = Command::new(binary);
+        command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
+        if jetstream {
+            command.arg("-c").arg(jetstream_config(dir.path()));
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
