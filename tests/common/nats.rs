@@ -95,17 +95,13 @@ impl NatsServer {
         if jetstream {
             command.arg("-c").arg(jetstream_config(dir.path()));
         }
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run nats-server ({e}): the cluster tests need a real NATS server; \
-                     install it with `apt-get install nats-server` (Debian) or put it on PATH"
-                )
-            });
+        command.stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot run nats-server ({e}): the cluster tests need a real NATS server; \
+                 install it with `apt-get install nats-server` (Debian) or put it on PATH"
+            )
+        });
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let mut log = Vec::new();
         let ready = tokio::time::timeout(super::WAIT, async {
