@@ -231,6 +231,21 @@ async fn a_node_that_cannot_reach_nats_does_not_start_and_bad_tables_are_refused
         .await
         .expect_err("JetStream is off");
     assert!(err.to_string().contains("jetstream unavailable"), "{err}");
+
+    // Credentials refused: at once, not after connect_timeout_ms (30 s here), since waiting
+    // cannot change the answer.
+    let nats = common::nats::NatsServer::start_with_user("node", "right").await;
+    let text = format!(
+        "{base}[cluster]\nnode = \"a\"\nnats = [{:?}]\nuser = \"node\"\npassword = \"wrong\"\n\
+         connect_timeout_ms = 30000\n",
+        nats.url
+    );
+    let config = mesgd::config::Config::from_toml(&text, None).unwrap();
+    let err = common::within("start refused", Box::pin(mesgd::Server::start(config)))
+        .await
+        .expect_err("the password is wrong");
+    assert!(err.to_string().contains("authorization violation"), "{err}");
+    assert!(!err.to_string().contains("wrong"), "the password is not shown: {err}");
     for (table, expected) in [
         ("[cluster]\nnode = \"a b\"\n", "node"),
         ("[cluster]\nnode = \"a\"\ntoken = \"t\"\nuser = \"u\"\npassword = \"p\"\n", "user and token"),
@@ -240,6 +255,32 @@ async fn a_node_that_cannot_reach_nats_does_not_start_and_bad_tables_are_refused
         let err = mesgd::config::Config::from_toml(&format!("{base}{table}"), None).expect_err(table);
         assert!(err.to_string().contains(expected), "{table:?}: {err}");
     }
+}
+
+/// A node started before its NATS server listens (both started at once) tries again until it
+/// does, within `connect_timeout_ms`, and counts the failed attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_before_its_nats_server_connects_once_the_server_listens() {
+    // The port answers the node's first attempt by closing it, as a server that is not up yet.
+    let early = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = early.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[storage]\ndir = {:?}\n[[listeners]]\nname = \"mqtt\"\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n\
+         [auth]\nallow_anonymous = true\n[cluster]\nnode = \"a\"\nnats = [\"nats://127.0.0.1:{port}\"]\n\
+         connect_timeout_ms = 30000\n",
+        dir.path().display().to_string()
+    );
+    let config = mesgd::config::Config::from_toml(&text, None).unwrap();
+    let starting = tokio::spawn(mesgd::Server::start(config));
+    let (attempt, _) = common::within("the node's first attempt", early.accept()).await.unwrap();
+    drop((attempt, early));
+
+    let _nats = common::nats::NatsServer::start_on(port).await;
+    let server = common::within("the node's start", starting).await.unwrap().expect("the node starts");
+    let cluster = server.cluster().expect("clustered");
+    assert!(cluster.stats().initial_connect_failures.load(Ordering::Relaxed) >= 1);
+    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

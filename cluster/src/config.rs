@@ -42,7 +42,9 @@ pub struct ClusterConfig {
     /// Its replica count when this node creates it (1, or 3 on a three-server NATS cluster).
     #[serde(default = "default_replicas")]
     pub retained_replicas: usize,
-    /// How long start-up waits for the first connection to NATS, in milliseconds.
+    /// How long start-up goes on trying to connect to NATS while the servers refuse, do not
+    /// answer or do not resolve (started at the same time as the node), in milliseconds; also
+    /// the bound of each server's connection attempt.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
     /// How long start-up goes on asking JetStream to create (or find) each stream and bucket

@@ -23,6 +23,7 @@
 //!
 //! - `bucket_entries`: listing a KV bucket's entries (for operators and tests).
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
+//! - `connect`: the connections to NATS at start, tried again while the servers are not up yet.
 //! - `durable`: the stream of QoS 1/2 messages, stored before their acknowledgement.
 //! - `features`: what the NATS server offers beyond 2.9, from the version it reports.
 //! - `interest`: the subjects this node wants, counted per filter, and whether NATS has
@@ -38,7 +39,8 @@
 //! - `sessions`: persistent sessions copied into a KV bucket through the journal
 //!   ([`SessionCopies`]), resumed from there when their node died, and the replay of the
 //!   durable stream for a session resumed here.
-//! - `streams`: creating a stream at start when other nodes may be creating it too.
+//! - `streams`: creating a stream at start when other nodes may be creating it too, or while
+//!   a NATS cluster is still electing its leaders.
 //! - `users`: builtin users, their ACLs and content-routing access, administrators and API
 //!   tokens the same on every node, through a stream.
 //! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
@@ -57,6 +59,7 @@
 
 mod bucket_entries;
 mod config;
+mod connect;
 mod console;
 mod content;
 mod durable;
@@ -81,7 +84,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::{ConnectOptions, Event};
 use bytes::Bytes;
 use mesgd_core::broker::Broker;
 use mesgd_core::cluster::client_key;
@@ -193,7 +195,7 @@ impl Cluster {
     ) -> Result<Cluster, StartError> {
         config.validate()?;
         let stats = Arc::new(ClusterStats::default());
-        let client = connect(config, &stats, true).await?;
+        let client = connect::connect(config, &stats, true).await?;
         let patience = Duration::from_millis(config.jetstream_ready_timeout_ms);
         let js = async_nats::jetstream::new(client.clone());
         let users_js = js.clone();
@@ -256,7 +258,7 @@ impl Cluster {
             synced: synced_tx,
         };
         // Shared groups' queue subscriptions, on a connection without no_echo.
-        let group_client = connect(config, &stats, false).await?;
+        let group_client = connect::connect(config, &stats, false).await?;
         let (groups_synced_tx, groups_synced) = watch::channel(0);
         let group_receiver = live::GroupReceiver {
             client: group_client.clone(),
@@ -660,62 +662,5 @@ impl Cluster {
     pub async fn leave(&self) {
         let _ = self.client.drain().await;
         let _ = self.group_client.drain().await;
-    }
-}
-
-/// A connection to NATS; `no_echo` for the one that publishes (this node delivers its own
-/// publishes locally: NATS must not hand them back).
-async fn connect(
-    config: &ClusterConfig,
-    stats: &Arc<ClusterStats>,
-    no_echo: bool,
-) -> Result<async_nats::Client, StartError> {
-    let events = stats.clone();
-    let name =
-        if no_echo { format!("mesgd-{}", config.node) } else { format!("mesgd-{}-shared", config.node) };
-    let mut options = ConnectOptions::new().name(name);
-    if no_echo {
-        options = options.no_echo();
-    }
-    let mut options = options
-        .connection_timeout(Duration::from_millis(config.connect_timeout_ms))
-        .event_callback(move |event| {
-            let stats = events.clone();
-            async move {
-                match event {
-                    Event::Disconnected => ClusterStats::add(&stats.disconnects, 1),
-                    Event::SlowConsumer(_) => ClusterStats::add(&stats.slow_consumers, 1),
-                    _ => {}
-                }
-                tracing::info!(%event, "cluster: NATS connection");
-            }
-        });
-    if let Some(path) = &config.credentials_file {
-        options = options
-            .credentials_file(path)
-            .await
-            .map_err(|source| StartError::Credentials { path: path.clone(), source })?;
-    }
-    if let (Some(user), Some(password)) = (&config.user, &config.password) {
-        options = options.user_and_password(user.clone(), password.clone());
-    }
-    if let Some(token) = &config.token {
-        options = options.token(token.clone());
-    }
-    if let Some(tls) = &config.tls {
-        options = options.require_tls(tls.required);
-        if let Some(ca) = &tls.ca_file {
-            options = options.add_root_certificates(ca.clone());
-        }
-        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-            options = options.add_client_certificate(cert.clone(), key.clone());
-        }
-    }
-    let servers = config.nats.join(", ");
-    let deadline = Duration::from_millis(config.connect_timeout_ms.saturating_mul(2).max(1));
-    match tokio::time::timeout(deadline, options.connect(config.nats.as_slice())).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(StartError::Connect { servers, reason: e.to_string() }),
-        Err(_) => Err(StartError::Connect { servers, reason: "timed out".into() }),
     }
 }

@@ -48,6 +48,9 @@ pub struct ClusterStats {
     pub slow_consumers: AtomicU64,
     /// Times the NATS connection was lost.
     pub disconnects: AtomicU64,
+    /// Attempts to connect to NATS at start that failed and were tried again (a server not
+    /// listening, answering or resolvable yet), within `connect_timeout_ms`.
+    pub initial_connect_failures: AtomicU64,
     /// Client connections closed because NATS had been lost for `nats_lost_close_ms`.
     pub nats_lost_closes: AtomicU64,
     /// Wills of live connections kept in the wills bucket.
@@ -326,6 +329,12 @@ impl ClusterStats {
             ),
             ("slow_consumers", "NATS slow-consumer events", Counter, get(&self.slow_consumers)),
             ("disconnects", "Times the NATS connection was lost", Counter, get(&self.disconnects)),
+            (
+                "initial_connect_failures",
+                "Attempts to connect to NATS at start that failed and were tried again",
+                Counter,
+                get(&self.initial_connect_failures),
+            ),
             (
                 "nats_lost_closes",
                 "Client connections closed: NATS had been lost for nats_lost_close_ms",

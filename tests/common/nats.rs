@@ -67,12 +67,22 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts nats-server with JetStream and waits until it says it is ready.
     pub async fn start() -> NatsServer {
-        NatsServer::start_binary("nats-server", true).await
+        NatsServer::start_binary("nats-server", true, &[]).await
     }
 
     /// Starts nats-server with JetStream off.
     pub async fn start_without_jetstream() -> NatsServer {
-        NatsServer::start_binary("nats-server", false).await
+        NatsServer::start_binary("nats-server", false, &[]).await
+    }
+
+    /// Starts nats-server with JetStream on `port`.
+    pub async fn start_on(port: u16) -> NatsServer {
+        NatsServer::start_binary_on("nats-server", true, port, &[]).await
+    }
+
+    /// Starts nats-server with JetStream that admits only `user` with `password`.
+    pub async fn start_with_user(user: &str, password: &str) -> NatsServer {
+        NatsServer::start_binary("nats-server", true, &["--user", user, "--pass", password]).await
     }
 
     /// Starts a nats-server newer than Debian's 2.9 ([`NEWER`]): `MESGD_TEST_NATS_SERVER_NEWER`
@@ -84,14 +94,18 @@ impl NatsServer {
             Ok(path) => path,
             Err(_) => install_newer(),
         };
-        NatsServer::start_binary(&binary, true).await
+        NatsServer::start_binary(&binary, true, &[]).await
     }
 
-    async fn start_binary(binary: &str, jetstream: bool) -> NatsServer {
-        let dir = tempfile::tempdir().expect("temp dir");
+    async fn start_binary(binary: &str, jetstream: bool, args: &[&str]) -> NatsServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        NatsServer::start_binary_on(binary, jetstream, port, args).await
+    }
+
+    async fn start_binary_on(binary: &str, jetstream: bool, port: u16, args: &[&str]) -> NatsServer {
+        let dir = tempfile::tempdir().expect("temp dir");
         let mut command = Command::new(binary);
-        command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
+        command.args(["-a", "127.0.0.1", "-p", &port.to_string()]).args(args);
         if jetstream {
             command.arg("-c").arg(jetstream_config(dir.path()));
         }
