@@ -40,7 +40,9 @@ token=$(mesgd admin token create schemathesis --scope admin)
 mesgd user add alice --password-stdin <<<"alice-pw" >/dev/null
 mesgd acl add alice 'devices/%u/#' read >/dev/null
 
-mesgd serve >"$dir/server.log" 2>&1 &
+# The binary itself, not the shell function: $! must be the broker's pid for the cleanup to stop
+# it (a backgrounded function is a subshell, and killing that leaves the broker running).
+"$bin" --config "$dir/mesgd.toml" serve >"$dir/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
     if "$python" -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.1)" 2>/dev/null; then break; fi
