@@ -188,7 +188,7 @@ async fn a_join_is_answered_within_the_bound_when_nats_does_not_confirm() {
     within("room subscriptions", cluster(&a).relay_rooms_synced()).await;
 
     // A server that hangs: its connection stays up, the confirmation never comes.
-    nats.pause();
+    nats.pause().await;
     let started = std::time::Instant::now();
     first.send(json!({"t": "join_room", "room": "hung"})).await;
     let joined = first.expect("joined_room").await;

@@ -142,8 +142,20 @@ impl NatsServer {
 
     /// Stops the server (SIGSTOP): its connections stay open and nothing is answered, as with
     /// a server that hangs. [`NatsServer::resume`] lets it go on.
-    pub fn pause(&self) {
+    ///
+    /// Returns once every thread of the server is stopped: `kill` only queues the signal, and
+    /// the thread that takes it stops the others only when it next runs, so on a busy machine
+    /// the server's other threads could still answer for milliseconds after `kill` returned.
+    pub async fn pause(&self) {
         self.signal("-STOP");
+        let pid = self.child.id().expect("nats-server running");
+        super::within("every thread of nats-server stopped", async {
+            while !all_threads_stopped(pid) {
+                // Polled: the kernel has no notification of another process's threads stopping.
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
     }
 
     /// Lets a paused server go on (SIGCONT).
@@ -156,6 +168,16 @@ impl NatsServer {
         let sent = std::process::Command::new("kill").args([signal, &pid]).status();
         assert!(sent.is_ok_and(|s| s.success()), "kill {signal} {pid} failed");
     }
+}
+
+/// Whether every thread of process `pid` is in the stopped state (`T` in its `stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            // The state follows the command name, which is in parentheses.
+            .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')))
+    })
 }
 
 /// Starts a mesgd node named `node` in the cluster of `nats`, with `extra` config.
