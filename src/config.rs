@@ -480,8 +480,11 @@ impl Config {
             return Err(invalid(key, message));
         }
         self.relay.validate(self)?;
-        if self.log.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
-            return Err(invalid("log.level", format!("{:?} is not a valid log filter", self.log.level)));
+        if let Err(why) = crate::logging::filter(&self.log.level) {
+            return Err(invalid(
+                "log.level",
+                format!("{:?} is not a valid log filter: {why}", self.log.level),
+            ));
         }
         Ok(())
     }
@@ -549,6 +552,15 @@ mod tests {
             (
                 "[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n[limits]\nlisten_backlog = 0\n",
                 "limits.listen_backlog",
+            ),
+            // tracing-subscriber's parser panicked on this one (a config_toml fuzz finding).
+            (
+                "[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n[log]\nlevel = \" xé[{2]*2\"\n",
+                "log.level",
+            ),
+            (
+                "[[listeners]]\nkind = \"mqtt\"\nbind = \"127.0.0.1:0\"\n[log]\nlevel = \"a[{=]\"\n",
+                "log.level",
             ),
         ];
         for (text, key) in cases {
