@@ -11,10 +11,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::TestServer;
 use common::auth::{Storage, disconnect_reason, raw_login};
 use common::nats::{NatsServer, cluster};
 use common::packets::{publish_packet, subscribe_packet};
-use common::{TestServer, within};
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 use mesgd_providers::builtin::{UserDirectory, UserRecord};
 
@@ -46,12 +46,27 @@ async fn applied(
 ) -> Duration {
     let directory = directory(server);
     let mut changes = directory.changes();
-    within(&format!("{username}'s change to reach the node"), async {
+    // Replication normally takes well under a second (the test prints it); the bound is wide
+    // so that a slow machine does not fail it, and a miss says how far the node got.
+    let reached = tokio::time::timeout(Duration::from_secs(30), async {
         while !done(directory.records().get(username).map(|r| &**r)) {
             changes.changed().await.expect("directory running");
         }
     })
     .await;
+    if reached.is_err() {
+        let s = cluster(server).stats();
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        panic!(
+            "{username}'s change did not reach the node within 30 s: applied {}, kept local {}, \
+             apply errors {}, published {}, publish errors {}",
+            get(&s.users_applied),
+            get(&s.users_kept_local),
+            get(&s.users_apply_errors),
+            get(&s.users_published),
+            get(&s.users_publish_errors)
+        );
+    }
     since.elapsed()
 }
 
