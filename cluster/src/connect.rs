@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::{ConnectErrorKind, ConnectOptions, Event};
-use tokio::time::Instant;
 
 use crate::StartError;
+use crate::backoff::Backoff;
 use crate::config::ClusterConfig;
 use crate::stats::ClusterStats;
 
@@ -32,11 +32,10 @@ pub(crate) async fn connect(
 ) -> Result<async_nats::Client, StartError> {
     let servers = config.nats.join(", ");
     let patience = Duration::from_millis(config.connect_timeout_ms);
-    let deadline = Instant::now() + patience;
+    let mut backoff = Backoff::new(patience, FIRST_PAUSE, MAX_PAUSE);
     // One attempt goes through the whole server list, each server bounded by
     // connect_timeout_ms; twice that bounds the attempt.
     let attempt_bound = patience.saturating_mul(2).max(Duration::from_millis(1));
-    let mut pause = FIRST_PAUSE;
     loop {
         let options = options(config, stats, no_echo).await?;
         let (reason, again) =
@@ -45,9 +44,9 @@ pub(crate) async fn connect(
                 Ok(Err(e)) => (e.to_string(), passes(e.kind())),
                 Err(_) => ("timed out".to_owned(), true),
             };
-        if !again || Instant::now() + pause >= deadline {
+        let Some(pause) = backoff.next_pause().filter(|_| again) else {
             return Err(StartError::Connect { servers, reason });
-        }
+        };
         ClusterStats::add(&stats.initial_connect_failures, 1);
         tracing::warn!(
             servers = %servers,
@@ -56,7 +55,6 @@ pub(crate) async fn connect(
             "cluster: cannot connect to NATS yet; trying again until connect_timeout_ms"
         );
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 

@@ -21,6 +21,7 @@
 //!
 //! # Layout
 //!
+//! - `backoff`: the pauses between attempts of a start-up step that waits for NATS.
 //! - `bucket_entries`: listing a KV bucket's entries (for operators and tests).
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
 //! - `connect`: the connections to NATS at start, tried again while the servers are not up yet.
@@ -57,6 +58,7 @@
 //!   attached by the relay front end with [`Cluster::attach_relay`].
 //! - `stats`: the counters `/metrics` exposes.
 
+mod backoff;
 mod bucket_entries;
 mod config;
 mod connect;

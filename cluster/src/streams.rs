@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
 use async_nats::jetstream::{self, ErrorCode, stream};
-use tokio::time::Instant;
+
+use crate::backoff::Backoff;
 
 /// The stream `config` names, created if it does not exist. Nodes that start at once may each
 /// find it missing and each create it: the server answers the later creation that its subjects
@@ -23,29 +24,23 @@ pub(crate) async fn get_or_create(
 ) -> Result<stream::Stream, String> {
     let name = config.name.clone();
     let max_bytes = config.max_bytes;
-    let deadline = Instant::now() + patience;
-    let mut pause = FIRST_PAUSE;
+    let mut backoff = Backoff::new(patience, FIRST_PAUSE, MAX_PAUSE);
     loop {
-        match js.get_or_create_stream(config.clone()).await {
+        let created = match js.get_or_create_stream(config.clone()).await {
             Ok(stream) => return Ok(stream),
-            Err(e) if not_ready(&e) && Instant::now() + pause < deadline => {
-                tracing::warn!(
-                    stream = %name,
-                    error = %e,
-                    retry_in_ms = pause.as_millis() as u64,
-                    "cluster: JetStream is not ready (a NATS cluster still electing its leaders?); \
-                     trying again until jetstream_ready_timeout_ms"
-                );
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_PAUSE);
-            }
-            Err(created) => {
-                return js
-                    .get_stream(&name)
-                    .await
-                    .map_err(|_| explain(&name, max_bytes, &created.to_string()));
-            }
-        }
+            Err(e) => e,
+        };
+        let Some(pause) = backoff.next_pause().filter(|_| not_ready(&created)) else {
+            return js.get_stream(&name).await.map_err(|_| explain(&name, max_bytes, &created.to_string()));
+        };
+        tracing::warn!(
+            stream = %name,
+            error = %created,
+            retry_in_ms = pause.as_millis() as u64,
+            "cluster: JetStream is not ready (a NATS cluster still electing its leaders?); \
+             trying again until jetstream_ready_timeout_ms"
+        );
+        tokio::time::sleep(pause).await;
     }
 }
 
