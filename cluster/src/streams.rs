@@ -27,11 +27,13 @@ pub(crate) async fn get_or_create(
     let mut backoff = Backoff::new(patience, FIRST_PAUSE, MAX_PAUSE);
     loop {
         let created = match js.get_or_create_stream(config.clone()).await {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => return led(stream, &name, backoff).await,
             Err(e) => e,
         };
         let Some(pause) = backoff.next_pause().filter(|_| not_ready(&created)) else {
-            return js.get_stream(&name).await.map_err(|_| explain(&name, max_bytes, &created.to_string()));
+            let found =
+                js.get_stream(&name).await.map_err(|_| explain(&name, max_bytes, &created.to_string()))?;
+            return led(found, &name, backoff).await;
         };
         tracing::warn!(
             stream = %name,
@@ -41,6 +43,34 @@ pub(crate) async fn get_or_create(
              trying again until jetstream_ready_timeout_ms"
         );
         tokio::time::sleep(pause).await;
+    }
+}
+
+/// `stream` once it can take writes: a stream with replicas on a NATS cluster is answered for
+/// (created, or found because another node created it) before its replicas have elected a
+/// leader, and a write meanwhile fails with "no stream found for given subject" (a node's
+/// first write, its lease, failed so when two nodes started with three NATS servers at once).
+/// Its information is read again, with the same pauses, until it names a leader.
+async fn led(mut stream: stream::Stream, name: &str, mut backoff: Backoff) -> Result<stream::Stream, String> {
+    loop {
+        let leaderless = stream
+            .cached_info()
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.name.is_some() && c.leader.as_deref().is_none_or(str::is_empty));
+        if !leaderless {
+            return Ok(stream);
+        }
+        let Some(pause) = backoff.next_pause() else {
+            return Err(format!(
+                "stream {name} has no leader after jetstream_ready_timeout_ms: its NATS servers \
+                 cannot elect one (fewer of them up than its replicas need?)"
+            ));
+        };
+        tracing::info!(stream = %name, retry_in_ms = pause.as_millis() as u64, "cluster: stream has no leader yet; waiting");
+        tokio::time::sleep(pause).await;
+        // Not answered (no leader yet): asked again after the next pause.
+        let _ = stream.info().await;
     }
 }
 
