@@ -144,6 +144,30 @@ async fn client_id_takeover_closes_the_old_connection() {
 }
 
 #[tokio::test]
+async fn a_takeover_sends_the_old_connection_s_will_every_time() {
+    // The session lives on in the new connection, but the old connection was closed by the
+    // server: its will goes out (MQTT 5.0 §3.1.3.2.2 says so for a will without delay; 3.1.1
+    // publishes a will on every close but DISCONNECT). Repeated, because whether the old
+    // connection detached before or after the new one resumed the session once decided it.
+    let server = TestServer::start("").await;
+    let (mut watcher, _) = v3::connect(v3::options("watcher", server.port())).await;
+    watcher.subscribe("wills/#", QoS::AtLeastOnce).await;
+    for i in 0..10 {
+        let id = format!("twin-{i}");
+        let mut first = will_options(&id, server.port(), &format!("wills/{i}"));
+        first.set_clean_session(false);
+        let (mut old, _) = v3::connect(first).await;
+        let mut second = v3::options(&id, server.port());
+        second.set_clean_session(false);
+        let (_new, connack) = v3::connect(second).await;
+        assert!(connack.session_present);
+        old.closed().await;
+        let will = watcher.next_publish().await;
+        assert_eq!((will.topic.as_str(), &will.payload[..]), (format!("wills/{i}").as_str(), &b"gone"[..]));
+    }
+}
+
+#[tokio::test]
 async fn dollar_topics_are_not_matched_by_a_leading_wildcard() {
     let server = TestServer::start("[mqtt]\nsys_interval = 1\n").await;
     let (mut all, _) = v3::connect(v3::options("all", server.port())).await;

@@ -666,6 +666,26 @@ async fn will_delay_postpones_the_will_and_a_reconnect_cancels_it() {
 }
 
 #[tokio::test]
+async fn a_reconnect_with_clean_start_ends_the_session_and_sends_its_delayed_will_at_once() {
+    let server = TestServer::start("").await;
+    let (mut watcher, _) = v5::connect(v5::options("watcher", server.port())).await;
+    watcher.subscribe("will/#", QoS::AtLeastOnce).await;
+    // A will delay of an hour, in a session kept for an hour: only the clean start can send it
+    // in time for this test.
+    let mut o = will_options("fresh", server.port(), "will/fresh", 3600);
+    o.set_session_expiry_interval(Some(3600));
+    let (gone, _) = v5::connect(o).await;
+    gone.kill();
+    wait_offline(&server, "fresh").await;
+    let mut again = v5::options("fresh", server.port());
+    again.set_clean_start(true);
+    let (_back, connack) = v5::connect(again).await;
+    assert!(!connack.session_present);
+    let will = watcher.next_publish().await;
+    assert_eq!((topic(&will), &will.payload[..]), ("will/fresh", &b"gone"[..]));
+}
+
+#[tokio::test]
 async fn disconnect_with_reason_0x04_publishes_the_will_and_a_normal_one_does_not() {
     let server = TestServer::start("").await;
     let (mut watcher, _) = v5::connect(v5::options("watcher", server.port())).await;

@@ -247,8 +247,10 @@ impl Broker {
     }
 
     /// Opens the session for a connect: resumes the existing one unless `clean_start` or its
-    /// expiry has passed, else starts a new one (ending the old). Cancels a pending delayed will
-    /// of the client id: a reconnect within the will delay means the will is not sent. The caller
+    /// expiry has passed, else starts a new one (ending the old). A pending delayed will of the
+    /// client id is cancelled if the session is resumed (a reconnect within the will delay means
+    /// the will is not sent), and goes out now if the session ends (MQTT 5.0 §3.1.3.2.2: the
+    /// will waits for its delay or the end of the session, whichever comes first). The caller
     /// must hold the [`ClientLock`] and have waited for any previous connection to detach
     /// ([`Broker::admit`] does all of that).
     pub fn open_session(
@@ -264,16 +266,19 @@ impl Broker {
         if let Some(old) = existing.take_if(|old| old.expires_at().is_some_and(|at| at <= now)) {
             self.expire_session(&old, now);
         }
-        self.cancel_will(&key.id);
         if let Some(old) = existing {
             if !clean_start && !old.is_ended() {
+                self.cancel_will(&key.id);
                 self.unschedule_expiry(&old);
                 old.set_expiry(expiry);
                 self.journal_resumed(&old, expiry);
                 return OpenedSession { session: old, present: true };
             }
             // Replaced by a new session of the same key: the key stays this node's.
+            self.send_pending_will(&key.id, now);
             self.finish_session(&old);
+        } else {
+            self.cancel_will(&key.id);
         }
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
         let session =
@@ -344,17 +349,29 @@ impl Broker {
             }
             SessionExpiry::After(keep) => {
                 if let Some(will) = will {
-                    let at = now + will.delay.min(keep);
-                    self.schedule_will(session.client_id().clone(), will, at, now);
+                    let delay = will.delay.min(keep);
+                    self.will_after(session, will, delay, now);
                 }
                 self.schedule_expiry(session, now + keep);
             }
             SessionExpiry::Never => {
                 if let Some(will) = will {
-                    let at = now + will.delay;
-                    self.schedule_will(session.client_id().clone(), will, at, now);
+                    let delay = will.delay;
+                    self.will_after(session, will, delay, now);
                 }
             }
+        }
+    }
+
+    /// The will of a connection whose session lives on, `delay` after its close. Without a delay
+    /// it goes out now, at the close, and not through the timer: a connect of the same client id
+    /// that resumes the session in between (a takeover) would otherwise cancel it or not,
+    /// depending on which ran first.
+    fn will_after(&self, session: &Session, will: Will, delay: Duration, now: Instant) {
+        if delay.is_zero() {
+            self.publish_will(will, now);
+        } else {
+            self.schedule_will(session.client_id().clone(), will, now + delay, now);
         }
     }
 

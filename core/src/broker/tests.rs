@@ -210,6 +210,40 @@ fn takeover_keeps_the_session_and_sends_only_an_immediate_will() {
     assert_eq!(watcher.queue_len(), 0);
 }
 
+#[test]
+fn an_immediate_will_goes_out_at_the_close_even_if_the_session_is_resumed_right_after() {
+    // A takeover whose old connection detaches before the new one opens the session: the will
+    // has no delay, so the resume must not cancel it.
+    let b = broker();
+    let now = Instant::now();
+    let (watcher, _, _) = connect(&b, "w", true, SessionExpiry::OnDisconnect, now);
+    b.subscribe(&watcher, filter("will/#"), SubscribeOptions::with_qos(QoS::AtLeastOnce), now);
+    for expiry in [SessionExpiry::Never, SessionExpiry::After(Duration::from_secs(60))] {
+        let (old, _, g) = connect(&b, "c", false, expiry, now);
+        b.connection_closed(&old, g, Some(will("will/c", 0)), now);
+        let (_, present, _) = connect(&b, "c", false, expiry, now);
+        assert!(present);
+        b.tick(now);
+    }
+    assert_eq!(watcher.queue_len(), 2, "both wills went out");
+}
+
+#[test]
+fn a_clean_start_sends_the_pending_will_of_the_session_it_ends() {
+    let b = broker();
+    let now = Instant::now();
+    let (watcher, _, _) = connect(&b, "w", true, SessionExpiry::OnDisconnect, now);
+    b.subscribe(&watcher, filter("will/#"), SubscribeOptions::with_qos(QoS::AtLeastOnce), now);
+    let (old, _, g) = connect(&b, "c", false, SessionExpiry::Never, now);
+    b.connection_closed(&old, g, Some(will("will/c", 60)), now);
+    assert_eq!(watcher.queue_len(), 0, "waiting for its delay");
+    let (_, present, _) = connect(&b, "c", true, SessionExpiry::Never, now + Duration::from_secs(1));
+    assert!(!present);
+    assert_eq!(watcher.queue_len(), 1, "the session ended before the delay: the will went out");
+    b.tick(now + Duration::from_secs(120));
+    assert_eq!(watcher.queue_len(), 1, "and only once");
+}
+
 #[tokio::test]
 async fn client_lock_serialises_connects_of_one_id() {
     let b = Arc::new(broker());

@@ -70,6 +70,16 @@ impl Broker {
         true
     }
 
+    /// Sends the pending delayed will of `client_id` now, if it has one: its session ends
+    /// before the delay has passed.
+    pub(super) fn send_pending_will(&self, client_id: &Arc<str>, now: Instant) {
+        let pending_will = lock(&self.timers).take_will(client_id);
+        if let Some(w) = pending_will {
+            self.record(|| Change::WillCancelled { client_id: client_id.clone() });
+            self.publish_will(w.will, now);
+        }
+    }
+
     pub(super) fn schedule_expiry(&self, session: &Session, at: Instant) {
         lock(&self.timers).expiries.insert((at, session.id()), session.key().clone());
         self.timers_changed.notify_one();
@@ -88,11 +98,7 @@ impl Broker {
     /// Ends an offline session whose expiry has passed. A will still waiting for its delay goes
     /// out now: the end of the session comes before the end of the delay.
     pub(super) fn expire_session(&self, session: &Arc<Session>, now: Instant) {
-        let pending_will = lock(&self.timers).take_will(session.client_id());
-        if let Some(w) = pending_will {
-            self.record(|| Change::WillCancelled { client_id: session.client_id().clone() });
-            self.publish_will(w.will, now);
-        }
+        self.send_pending_will(session.client_id(), now);
         tracing::debug!(client_id = %session.client_id(), "session expired");
         self.end_session(session);
     }
