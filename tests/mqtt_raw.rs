@@ -397,6 +397,44 @@ async fn v5_receive_maximum_limits_unacknowledged_deliveries() {
     }
 }
 
+/// A 3.1.1 CONNECT of a persistent session (clean session 0) with a will.
+fn connect_with_will_v311(client_id: &str, will_topic: &str) -> Vec<u8> {
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[4, 0x04, 0, 60]); // 3.1.1, will flag, keep-alive 60
+    body.extend_from_slice(&mqtt_str(client_id));
+    body.extend_from_slice(&mqtt_str(will_topic));
+    body.extend_from_slice(&mqtt_str("gone"));
+    packet(0x10, &body)
+}
+
+/// A DISCONNECT the client sent before it was taken over counts: the will is not sent. A
+/// client that disconnects and connects again at once can have its new CONNECT handled before
+/// the old connection has read its DISCONNECT (the old one waits in a parking lot, say, and
+/// takes a few steps to wake). Found by Mosquitto's test 07-will-reconnect-1273.
+#[tokio::test]
+async fn a_disconnect_sent_just_before_a_takeover_discards_the_will() {
+    let server = TestServer::start("").await;
+    let mut watcher = Raw::connected(server.addr, V3, "watcher").await;
+    watcher.send(&subscribe(1, "bye/#", 0, false)).await;
+    assert!(matches!(watcher.recv().await, Some(Packet::SubAck(_))));
+    for i in 0..50 {
+        let id = format!("leaving-{i}");
+        let mut old = Raw::open(server.addr, V3).await;
+        old.send(&connect_with_will_v311(&id, &format!("bye/{i}/will"))).await;
+        assert!(matches!(old.recv().await, Some(Packet::ConnAck(_))));
+        // DISCONNECT, then at once the same client id again, resuming the session.
+        let mut new = Raw::open(server.addr, V3).await;
+        old.send(&packet(0xE0, &[])).await;
+        new.send(&connect_bytes(4, &id, 0x00)).await;
+        assert!(matches!(new.recv().await, Some(Packet::ConnAck(_))));
+        new.send(&publish(&format!("bye/{i}/back"), 0, None, b"back", false)).await;
+        match watcher.recv().await {
+            Some(Packet::Publish(p)) => assert_eq!(*p.topic, *format!("bye/{i}/back"), "round {i}: no will"),
+            other => panic!("round {i}: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_will_response_topic_with_a_wildcard_is_refused() {
     let server = TestServer::start("").await;

@@ -85,6 +85,27 @@ impl ParkableTcp {
         };
     }
 
+    /// Appends to `inbuf` what the socket's receive buffer holds now, up to `limit` bytes in
+    /// `inbuf`, without waiting. Reads the socket itself: tokio reads only once its reactor
+    /// has reported the socket readable, which may not have happened yet for bytes that did
+    /// arrive (and never happens for a socket in an idle watch).
+    pub(crate) fn read_available(&self, inbuf: &mut bytes::BytesMut, limit: usize) {
+        use std::io::Read;
+        let socket = match &self.state {
+            State::Live(stream) => socket2::SockRef::from(stream),
+            State::Watched(Watched { stream: Some(stream), .. }) => socket2::SockRef::from(stream),
+            _ => return,
+        };
+        let mut chunk = [0u8; 4096];
+        while inbuf.len() < limit {
+            // Non-blocking (as tokio and the watch keep it): WouldBlock once it is empty.
+            match (&*socket).read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => inbuf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
     /// Whether the socket is out of tokio's reactor, in an idle watch.
     #[cfg(test)]
     pub(crate) fn is_watched(&self) -> bool {

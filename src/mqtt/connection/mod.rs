@@ -55,6 +55,8 @@ use crate::context::ServerContext;
 
 /// How long a closing connection may take to flush its last packets.
 const CLOSE_FLUSH: Duration = Duration::from_secs(2);
+/// How much unhandled input a connection closed from outside looks through for a DISCONNECT.
+const UNHANDLED_READ: usize = 64 * 1024;
 
 /// What the handshake established.
 pub(crate) struct Accepted {
@@ -320,6 +322,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     }
 
     async fn finish(mut self: Box<Self>, end: End) {
+        // Closed from outside (a takeover, above all): a DISCONNECT the client sent before that
+        // still decides about the will, even if this connection had not handled it yet.
+        let disconnect_sent = matches!(end, End::Kicked(_)).then(|| self.disconnect_already_sent()).flatten();
         match &end {
             End::Protocol { code, message } => {
                 tracing::info!(reason = ?code, %message, "closing connection: protocol error")
@@ -352,7 +357,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             let _ = tokio::time::timeout(CLOSE_FLUSH, self.flush_and_close()).await;
         }
         // The will is checked as any publish is, with the rules in force now, when it goes out.
-        let will = if end.publishes_will() { self.core.will.take() } else { None };
+        let publishes_will = disconnect_sent.map_or(end.publishes_will(), |with_will| with_will);
+        let will = if publishes_will { self.core.will.take() } else { None };
         let will = will.map(|w| Will { acl: self.core.acl.clone(), ..*w });
         let broker = &self.core.ctx.broker;
         broker.connection_closed(&self.core.session, self.core.generation, will, crate::clock::now());
@@ -361,6 +367,41 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             // The session is already free for a new connection; only this socket waits, so that a
             // client still writing reads our DISCONNECT instead of a reset.
             crate::linger::drain(&mut self.core.stream).await;
+        }
+    }
+
+    /// Whether the client had sent DISCONNECT before the broker ended its connection, in what
+    /// this connection had read but not handled or what its socket holds now (read without
+    /// waiting, at most [`UNHANDLED_READ`] bytes); `Some(with_will)` if so (5.0 reason 0x04
+    /// keeps the will). A client that disconnects and at once connects again with the same
+    /// client id can see its new connection take the session over before the old one has
+    /// handled the DISCONNECT, which it sent first: without this its will would go out. The
+    /// packets before the DISCONNECT are not handled, and its properties do not apply: the
+    /// session belongs to the new connection, whose CONNECT set them anew.
+    fn disconnect_already_sent(&mut self) -> Option<bool> {
+        let stream = &mut self.core.stream as &mut dyn std::any::Any;
+        if let Some(tcp) = stream.downcast_mut::<crate::park::ParkableTcp>() {
+            tcp.read_available(&mut self.inbuf, UNHANDLED_READ);
+        } else {
+            // TLS: what tokio's reactor already knows to be readable.
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            while self.inbuf.len() < UNHANDLED_READ {
+                match crate::lean_read::poll_read::<_, 4096>(&mut self.core.stream, &mut cx, &mut self.inbuf)
+                {
+                    Poll::Ready(Ok(n)) if n > 0 => {}
+                    _ => break,
+                }
+            }
+        }
+        let max_packet_size = self.core.ctx.mqtt.max_packet_size;
+        loop {
+            match mesgd_core::mqtt::decode(&mut self.inbuf, Some(self.core.version), max_packet_size) {
+                Ok(Some(Packet::Disconnect(d))) => {
+                    return Some(d.reason_code == ReasonCode::DisconnectWithWill);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return None,
+            }
         }
     }
 
