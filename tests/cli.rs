@@ -25,6 +25,26 @@ bind = "127.0.0.1:0"
 allow_anonymous = true
 "#;
 
+/// A client id of 65,000 bytes is valid MQTT, but the log shows only its first 128 bytes and
+/// how much was left out: one client cannot make every line about it 64 KiB long (nor stall a
+/// broker whose log goes to a pipe), and the broker still exits at SIGTERM.
+#[tokio::test]
+async fn a_long_client_id_is_cut_short_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), BASIC);
+    let mut daemon = Daemon::start(&config, &["mqtt"]).await;
+    let id = "a".repeat(65_000);
+    let mut first = common::Raw::connected(daemon.addr("mqtt"), ProtocolVersion::V5, &id).await;
+    // A takeover logs at info, in the connection's span (which carries the client id).
+    let _second = common::Raw::connected(daemon.addr("mqtt"), ProtocolVersion::V5, &id).await;
+    first.until_closed().await;
+    let line = daemon.log_line("taking the session over").await;
+    assert!(line.len() < 1024, "{} bytes", line.len());
+    assert!(line.contains(&format!("{}…(+{} bytes)", "a".repeat(128), 65_000 - 128)), "{line}");
+    daemon.signal("TERM").await;
+    assert!(daemon.wait().await.success());
+}
+
 #[tokio::test]
 async fn sigterm_tells_v5_clients_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();

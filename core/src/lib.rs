@@ -33,6 +33,7 @@
 //!   publish and subscribe as an identity, refresh a live identity), the session registry,
 //!   wills, expiry timers and statistics, over the router and the retained store.
 //! - [`sync`]: the poison-recovering lock helpers.
+//! - [`log_text`]: client-chosen text (client ids, usernames) in log lines, bounded.
 //! - [`histogram`]: the lock-free fixed-bucket latency histogram (authentication, journal
 //!   commits) that the metrics exporter reads.
 //! - [`cluster`]: the sans-I/O parts of a cluster over NATS — the topic → subject mapping, the
@@ -51,6 +52,7 @@ pub mod cluster;
 pub mod content;
 pub mod histogram;
 pub mod journal;
+pub mod log_text;
 pub mod model;
 pub mod mqtt;
 pub mod relay;

@@ -11,6 +11,7 @@ use mesgd_core::auth::{ConnectInfo, DenyReason, Protocol, Secret, TlsInfo, Verdi
 use mesgd_core::broker::Stats;
 use mesgd_core::broker::{Admission, AdmitError, OnConflict};
 use mesgd_core::cluster::registry::ClaimError;
+use mesgd_core::log_text::Clipped;
 use mesgd_core::model::{ClientInfo, Message, MessageProperties, Origin, SessionExpiry, SessionKey, Will};
 use mesgd_core::mqtt::{
     self, ConnAck, ConnAckProperties, Connect, DecodeError, Packet, ProtocolVersion, QoS, ReasonCode,
@@ -154,7 +155,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
     } else {
         connect.client_id.as_str().into()
     };
-    tracing::Span::current().record("client_id", &*client_id);
+    tracing::Span::current().record("client_id", tracing::field::display(Clipped(&client_id)));
 
     // Keep-alive: MQTT 5 clients are told the server's value; 3.x clients asking for more are
     // refused, as they cannot be told.
@@ -223,7 +224,7 @@ pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
         Verdict::Denied(denial) => {
             Stats::add(&ctx.broker.stats().auth_failures, 1);
             ctx.login_guard.failed(peer.ip(), info.username.as_deref());
-            tracing::info!(username = ?info.username, reason = %denial.message, "authentication failed");
+            tracing::info!(username = ?info.username.as_deref().map(Clipped), reason = %denial.message, "authentication failed");
             let code = match denial.reason {
                 DenyReason::BadCredentials => ReasonCode::BadUserNameOrPassword,
                 _ => ReasonCode::NotAuthorized,

@@ -10,6 +10,7 @@ use tokio::sync::OwnedMutexGuard;
 use super::{Broker, TAKEOVER_WAIT};
 use crate::acl::Acl;
 use crate::cluster::registry::{self, ClaimError, Handover};
+use crate::log_text::Clipped;
 use crate::model::{ClientInfo, Kick, SessionExpiry, SessionKey};
 use crate::session::Session;
 use crate::sync::lock;
@@ -130,10 +131,10 @@ impl Broker {
             if request.on_conflict == OnConflict::Refuse {
                 return Err(AdmitError::InUse);
             }
-            tracing::info!(key = %request.key.id, namespace = request.key.namespace.as_str(), "in use: taking the session over");
+            tracing::info!(key = %Clipped(&request.key.id), namespace = request.key.namespace.as_str(), "in use: taking the session over");
             old.kick(Kick::TakenOver);
             if tokio::time::timeout(TAKEOVER_WAIT, old.wait_detached()).await.is_err() {
-                tracing::warn!(key = %request.key.id, "the previous connection did not close in time; proceeding");
+                tracing::warn!(key = %Clipped(&request.key.id), "the previous connection did not close in time; proceeding");
             }
             // The wait moved time on; the session opens at the end of it.
             now = tokio::time::Instant::now().into_std().max(now);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::Broker;
 use crate::journal::Change;
+use crate::log_text::Clipped;
 use crate::model::{SessionId, SessionKey, Will};
 use crate::session::Session;
 use crate::sync::lock;
@@ -99,7 +100,7 @@ impl Broker {
     /// out now: the end of the session comes before the end of the delay.
     pub(super) fn expire_session(&self, session: &Arc<Session>, now: Instant) {
         self.send_pending_will(session.client_id(), now);
-        tracing::debug!(client_id = %session.client_id(), "session expired");
+        tracing::debug!(client_id = %Clipped(session.client_id()), "session expired");
         self.end_session(session);
     }
 
