@@ -410,6 +410,14 @@ impl<K: Kind> Side<K> {
             Some(state) => state.clone(),
             None => self.seen.get(name).cloned(),
         };
+        if base == value {
+            // The stream says what the store held when this side last knew it: above all the
+            // echo of this node's own publish. Nothing to write: the store holds it still, or
+            // holds a local change that wins. Writing anyway would race that change, since
+            // the read below and the write are not one transaction: a command committing in
+            // between (`mesgd acl add` right after `user add`) was undone, and never published.
+            return false;
+        }
         let wanted = value.clone();
         let written = tokio::task::spawn_blocking(move || {
             let store = directory.store();
