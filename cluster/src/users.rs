@@ -18,10 +18,12 @@
 //!   said, so it is never sent back.
 //! - **in**: one ordered consumer per node (not per user) follows the stream from the last
 //!   message of every user, and writes each into the local store
-//!   ([`mesgd_providers::builtin::Store::put_replicated`]), its own included; writing what the
-//!   store already holds writes nothing. The directory is then told to look at once, and its
-//!   usual path takes it from there: new rules for connected clients, revocation of a
-//!   disabled or removed user's connections, dropped cached password checks.
+//!   ([`mesgd_providers::builtin::Store::replace_replicated`]), its own included; writing what
+//!   the store already holds writes nothing, and the read, the comparison and the write are one
+//!   transaction, so a local command committing the same record meanwhile is never
+//!   overwritten. The directory is then told to look at once, and its usual path takes it from
+//!   there: new rules for connected clients, revocation of a disabled or removed user's
+//!   connections, dropped cached password checks.
 //!
 //! The stream's order is the one order: two nodes changing one user at once converge on the
 //! change the stream stored last. A message from the stream never overwrites a change made
@@ -39,7 +41,8 @@ use async_nats::jetstream::{self, Context, consumer, stream};
 use futures_util::StreamExt;
 use mesgd_core::cluster::client_key;
 use mesgd_providers::builtin::{
-    ReplicatedAdmin, ReplicatedApiToken, ReplicatedRole, ReplicatedUser, Store, StoreError, UserDirectory,
+    Expect, Replaced, Replica, ReplicaError, ReplicatedAdmin, ReplicatedApiToken, ReplicatedRole,
+    ReplicatedUser, Store, StoreError, UserDirectory,
 };
 use tokio::task::JoinHandle;
 
@@ -143,7 +146,7 @@ struct Node {
 
 /// One kind of record in the stream: users, roles, administrators or API tokens.
 trait Kind: Send + 'static {
-    type Value: Clone + PartialEq + Send + Sync + 'static;
+    type Value: Replica + Clone + Send + Sync + 'static;
     /// What the log lines call it.
     const NAME: &'static str;
     /// The subject of the record named `key` (already escaped).
@@ -161,11 +164,6 @@ trait Kind: Send + 'static {
         }
         Ok(value)
     }
-    /// The store's record `name` as it travels.
-    fn read(store: &Store, name: &str) -> Result<Option<Self::Value>, String>;
-    /// Writes `value` (idempotent: `false` when the store held it already).
-    fn put(store: &Store, value: &Self::Value) -> Result<bool, String>;
-    fn remove(store: &Store, name: &str) -> Result<bool, String>;
     /// Every record the node has now, by name.
     fn snapshot(node: &Node) -> impl Future<Output = Option<HashMap<String, Self::Value>>> + Send;
     /// Whether a record the stream does not know is published on its own: an empty role is
@@ -198,18 +196,6 @@ impl Kind for Users {
         user.encode()
     }
 
-    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedUser>, String> {
-        Ok(store.user(name).map_err(|e| e.to_string())?.map(|r| ReplicatedUser::of(&r)))
-    }
-
-    fn put(store: &Store, user: &ReplicatedUser) -> Result<bool, String> {
-        store.put_replicated(user).map_err(|e| e.to_string())
-    }
-
-    fn remove(store: &Store, name: &str) -> Result<bool, String> {
-        store.remove_replicated(name).map_err(|e| e.to_string())
-    }
-
     async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedUser>> {
         // The directory's copy: in memory, what its last poll installed.
         let records = node.directory.records();
@@ -237,18 +223,6 @@ impl Kind for Roles {
 
     fn encode(role: &ReplicatedRole) -> Vec<u8> {
         role.encode()
-    }
-
-    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedRole>, String> {
-        store.replicated_role(name).map_err(|e| e.to_string())
-    }
-
-    fn put(store: &Store, role: &ReplicatedRole) -> Result<bool, String> {
-        store.put_replicated_role(role).map_err(|e| e.to_string())
-    }
-
-    fn remove(store: &Store, name: &str) -> Result<bool, String> {
-        store.remove_replicated_role(name).map_err(|e| e.to_string())
     }
 
     fn travels_alone(role: &ReplicatedRole) -> bool {
@@ -300,18 +274,6 @@ impl Kind for Admins {
         admin.encode()
     }
 
-    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedAdmin>, String> {
-        Ok(store.replicated_admins().map_err(|e| e.to_string())?.remove(name))
-    }
-
-    fn put(store: &Store, admin: &ReplicatedAdmin) -> Result<bool, String> {
-        store.put_replicated_admin(admin).map_err(|e| e.to_string())
-    }
-
-    fn remove(store: &Store, name: &str) -> Result<bool, String> {
-        store.remove_replicated_admin(name).map_err(|e| e.to_string())
-    }
-
     async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedAdmin>> {
         read_all(node, Self::NAME, Store::replicated_admins).await
     }
@@ -337,18 +299,6 @@ impl Kind for ApiTokens {
 
     fn encode(token: &ReplicatedApiToken) -> Vec<u8> {
         token.encode()
-    }
-
-    fn read(store: &Store, name: &str) -> Result<Option<ReplicatedApiToken>, String> {
-        Ok(store.replicated_api_tokens().map_err(|e| e.to_string())?.remove(name))
-    }
-
-    fn put(store: &Store, token: &ReplicatedApiToken) -> Result<bool, String> {
-        store.put_replicated_api_token(token).map_err(|e| e.to_string())
-    }
-
-    fn remove(store: &Store, name: &str) -> Result<bool, String> {
-        store.remove_replicated_api_token(name).map_err(|e| e.to_string())
     }
 
     async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedApiToken>> {
@@ -413,35 +363,27 @@ impl<K: Kind> Side<K> {
         if base == value {
             // The stream says what the store held when this side last knew it: above all the
             // echo of this node's own publish. Nothing to write: the store holds it still, or
-            // holds a local change that wins. Writing anyway would race that change, since
-            // the read below and the write are not one transaction: a command committing in
-            // between (`mesgd acl add` right after `user add`) was undone, and never published.
+            // holds a local change that wins (the transaction below would find the same).
             return false;
         }
         let wanted = value.clone();
         let written = tokio::task::spawn_blocking(move || {
-            let store = directory.store();
-            let current = K::read(store, &owned)?;
-            if current != base && current != wanted {
-                return Ok(None);
-            }
-            match &wanted {
-                Some(value) => K::put(store, value),
-                None => K::remove(store, &owned),
-            }
-            .map(Some)
+            // One transaction from the read to the write: a local command that commits the same
+            // record meanwhile is either seen here (and kept) or comes after (and is published).
+            directory.store().replace_replicated(&owned, Expect::Holds(base.as_ref()), wanted.as_ref())
         })
         .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        .unwrap_or_else(|e| Err(ReplicaError::Inconsistent(e.to_string())));
         match written {
-            Ok(Some(changed)) => {
+            Ok(done @ (Replaced::Written | Replaced::Unchanged)) => {
                 self.base.insert(name.to_owned(), value);
+                let changed = done == Replaced::Written;
                 if changed {
                     ClusterStats::add(&node.stats.users_applied, 1);
                 }
                 changed
             }
-            Ok(None) => {
+            Ok(Replaced::KeptLocal) => {
                 ClusterStats::add(&node.stats.users_kept_local, 1);
                 false
             }

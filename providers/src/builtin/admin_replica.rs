@@ -12,12 +12,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension as _, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use super::admin::Scope;
 use super::password;
 use super::replica::ReplicaError;
+use super::replica_write::{Expect, Replaced, Replica};
 use super::store::{Store, StoreError, validate_username};
 
 /// An administrator as nodes exchange it.
@@ -130,92 +131,129 @@ impl ReplicatedApiToken {
     }
 }
 
+const SELECT_ADMINS: &str = "SELECT name, password_hash, role, created_at FROM admins";
+const SELECT_TOKENS: &str = "SELECT name, id, scope, secret_sha256, created_at FROM admin_tokens";
+
+/// A row of [`SELECT_ADMINS`].
+fn admin_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReplicatedAdmin> {
+    Ok(ReplicatedAdmin { name: r.get(0)?, password_hash: r.get(1)?, role: r.get(2)?, created_at: r.get(3)? })
+}
+
+/// A row of [`SELECT_TOKENS`].
+fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReplicatedApiToken> {
+    Ok(ReplicatedApiToken {
+        name: r.get(0)?,
+        id: r.get(1)?,
+        scope: r.get(2)?,
+        secret_sha256: r.get(3)?,
+        created_at: r.get(4)?,
+    })
+}
+
 impl Store {
     /// Every administrator as it travels, by name.
     pub fn replicated_admins(&self) -> Result<HashMap<String, ReplicatedAdmin>, StoreError> {
         let conn = self.lock();
         let db = |e| self.db(e);
-        let mut q =
-            conn.prepare_cached("SELECT name, password_hash, role, created_at FROM admins").map_err(db)?;
-        let rows = q
-            .query_map([], |r| {
-                Ok(ReplicatedAdmin {
-                    name: r.get(0)?,
-                    password_hash: r.get(1)?,
-                    role: r.get(2)?,
-                    created_at: r.get(3)?,
-                })
-            })
-            .map_err(db)?;
+        let mut q = conn.prepare_cached(SELECT_ADMINS).map_err(db)?;
+        let rows = q.query_map([], admin_row).map_err(db)?;
         rows.map(|row| row.map(|a| (a.name.clone(), a)).map_err(db)).collect()
     }
 
     /// Makes the store's administrator `admin.name` exactly `admin`; whether anything changed.
     pub fn put_replicated_admin(&self, admin: &ReplicatedAdmin) -> Result<bool, ReplicaError> {
-        admin.validate()?;
-        if self.replicated_admins()?.get(&admin.name) == Some(admin) {
-            return Ok(false);
-        }
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO admins (name, password_hash, role, created_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (name) DO UPDATE SET password_hash = excluded.password_hash,
-                    role = excluded.role, created_at = excluded.created_at",
-                params![admin.name, admin.password_hash, admin.role, admin.created_at],
-            )
-        })?;
-        Ok(true)
+        Ok(self.replace_replicated(&admin.name, Expect::Anything, Some(admin))? == Replaced::Written)
     }
 
     /// Removes the administrator `name` if the store has it; whether it was there.
-    pub fn remove_replicated_admin(&self, name: &str) -> Result<bool, StoreError> {
-        let removed = self.write(|tx| tx.execute("DELETE FROM admins WHERE name = ?1", params![name]))?;
-        Ok(removed > 0)
+    pub fn remove_replicated_admin(&self, name: &str) -> Result<bool, ReplicaError> {
+        let removed = self.replace_replicated::<ReplicatedAdmin>(name, Expect::Anything, None)?;
+        Ok(removed == Replaced::Written)
     }
 
     /// Every API token as it travels, by name.
     pub fn replicated_api_tokens(&self) -> Result<HashMap<String, ReplicatedApiToken>, StoreError> {
         let conn = self.lock();
         let db = |e| self.db(e);
-        let mut q = conn
-            .prepare_cached("SELECT name, id, scope, secret_sha256, created_at FROM admin_tokens")
-            .map_err(db)?;
-        let rows = q
-            .query_map([], |r| {
-                Ok(ReplicatedApiToken {
-                    name: r.get(0)?,
-                    id: r.get(1)?,
-                    scope: r.get(2)?,
-                    secret_sha256: r.get(3)?,
-                    created_at: r.get(4)?,
-                })
-            })
-            .map_err(db)?;
+        let mut q = conn.prepare_cached(SELECT_TOKENS).map_err(db)?;
+        let rows = q.query_map([], token_row).map_err(db)?;
         rows.map(|row| row.map(|t| (t.name.clone(), t)).map_err(db)).collect()
     }
 
     /// Makes the store's API token `token.name` exactly `token` (a token of another name with
     /// the same id is replaced); whether anything changed.
     pub fn put_replicated_api_token(&self, token: &ReplicatedApiToken) -> Result<bool, ReplicaError> {
-        token.validate()?;
-        if self.replicated_api_tokens()?.get(&token.name) == Some(token) {
-            return Ok(false);
-        }
-        self.write(|tx| {
-            tx.execute("DELETE FROM admin_tokens WHERE name = ?1 OR id = ?2", params![token.name, token.id])?;
-            tx.execute(
-                "INSERT INTO admin_tokens (id, name, scope, secret_sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![token.id, token.name, token.scope, token.secret_sha256, token.created_at],
-            )
-        })?;
-        Ok(true)
+        Ok(self.replace_replicated(&token.name, Expect::Anything, Some(token))? == Replaced::Written)
     }
 
     /// Removes the API token `name` if the store has it; whether it was there.
-    pub fn remove_replicated_api_token(&self, name: &str) -> Result<bool, StoreError> {
-        let removed =
-            self.write(|tx| tx.execute("DELETE FROM admin_tokens WHERE name = ?1", params![name]))?;
-        Ok(removed > 0)
+    pub fn remove_replicated_api_token(&self, name: &str) -> Result<bool, ReplicaError> {
+        let removed = self.replace_replicated::<ReplicatedApiToken>(name, Expect::Anything, None)?;
+        Ok(removed == Replaced::Written)
+    }
+}
+
+impl Replica for ReplicatedAdmin {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self) -> Result<(), ReplicaError> {
+        ReplicatedAdmin::validate(self)
+    }
+
+    fn load(store: &Store, tx: &Transaction<'_>, name: &str) -> Result<Option<ReplicatedAdmin>, StoreError> {
+        tx.query_row(&format!("{SELECT_ADMINS} WHERE name = ?1"), params![name], admin_row)
+            .optional()
+            .map_err(|e| store.db(e))
+    }
+
+    fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        tx.execute(
+            "INSERT INTO admins (name, password_hash, role, created_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (name) DO UPDATE SET password_hash = excluded.password_hash,
+                role = excluded.role, created_at = excluded.created_at",
+            params![self.name, self.password_hash, self.role, self.created_at],
+        )
+        .map(drop)
+    }
+
+    fn delete(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<()> {
+        tx.execute("DELETE FROM admins WHERE name = ?1", params![name]).map(drop)
+    }
+}
+
+impl Replica for ReplicatedApiToken {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self) -> Result<(), ReplicaError> {
+        ReplicatedApiToken::validate(self)
+    }
+
+    fn load(
+        store: &Store,
+        tx: &Transaction<'_>,
+        name: &str,
+    ) -> Result<Option<ReplicatedApiToken>, StoreError> {
+        tx.query_row(&format!("{SELECT_TOKENS} WHERE name = ?1"), params![name], token_row)
+            .optional()
+            .map_err(|e| store.db(e))
+    }
+
+    /// A token of another name with the same id is replaced.
+    fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        tx.execute("DELETE FROM admin_tokens WHERE name = ?1 OR id = ?2", params![self.name, self.id])?;
+        tx.execute(
+            "INSERT INTO admin_tokens (id, name, scope, secret_sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![self.id, self.name, self.scope, self.secret_sha256, self.created_at],
+        )
+        .map(drop)
+    }
+
+    fn delete(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<()> {
+        tx.execute("DELETE FROM admin_tokens WHERE name = ?1", params![name]).map(drop)
     }
 }
 

@@ -10,7 +10,8 @@
 //! - [`live`]: the [`UserDirectory`], the broker's in-memory view of the store that follows
 //!   changes and pushes them to connected clients.
 //! - [`replica`]: users and content-routing roles as a cluster replicates them between nodes'
-//!   stores; [`admin_replica`]: administrators and API tokens likewise.
+//!   stores; [`admin_replica`]: administrators and API tokens likewise; [`replica_write`]: how
+//!   a record from the cluster is written without losing a local change.
 //! - [`provider`]: the `builtin` provider ([`BuiltinProvider`], [`BuiltinFactory`]).
 //! - [`lookup`]: reading one user from the store when the copy lacks it, bounded.
 //! - `cache`: remembered password checks.
@@ -31,6 +32,7 @@ pub mod lookup;
 pub mod password;
 pub mod provider;
 pub mod replica;
+pub mod replica_write;
 mod schema;
 pub mod store;
 
@@ -44,6 +46,7 @@ pub use live::{IdentityHook, UserDirectory};
 pub use lookup::LookupStats;
 pub use provider::{BuiltinFactory, BuiltinProvider, TYPE_NAME};
 pub use replica::{ReplicaError, ReplicatedRole, ReplicatedUser};
+pub use replica_write::{Expect, Replaced, Replica};
 pub use store::{
     AuthType, CONFIG_DB_FILE, Store, StoreError, UserChanges, UserQuery, UserRecord, config_db_path,
 };

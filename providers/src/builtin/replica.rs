@@ -1,6 +1,6 @@
 //! Builtin users as a cluster replicates them: the part of a [`UserRecord`] that travels
 //! between nodes ([`ReplicatedUser`]), its wire form, and how a node writes one it received
-//! into its own store ([`Store::put_replicated`], [`Store::remove_replicated`]).
+//! into its own store ([`Replica`], [`Store::put_replicated`], [`Store::remove_replicated`]).
 //!
 //! What travels is what decides a login, an ACL and a grant: the authentication type, the
 //! password hash, the disabled and unrestricted flags, the ordered rules, the content-routing
@@ -20,12 +20,13 @@
 use std::fmt;
 
 use mesgd_core::acl::Rule;
-use rusqlite::{OptionalExtension as _, params};
+use rusqlite::{OptionalExtension as _, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use super::accounts::{MAX_PATTERNS, canonical_pattern, ensure_permission, validate_role_name};
 use super::password;
-use super::store::{AuthType, Store, StoreError, UserRecord, validate_username};
+use super::replica_write::{Expect, Replaced, Replica};
+use super::store::{AuthType, Store, StoreError, UserRecord, load_user, validate_username};
 
 /// A user as nodes exchange it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,14 +161,7 @@ impl ReplicatedUser {
 
     /// Whether `record` holds exactly these values (of those sent).
     pub fn same_as(&self, record: &UserRecord) -> bool {
-        let mut held = ReplicatedUser::of(record);
-        if self.patterns.is_none() {
-            held.patterns = None;
-        }
-        if self.roles.is_none() {
-            held.roles = None;
-        }
-        *self == held
+        self.held_by(&ReplicatedUser::of(record))
     }
 }
 
@@ -211,65 +205,133 @@ fn sorted_and_distinct(values: &[String], what: &str) -> Result<(), ReplicaError
     Ok(())
 }
 
+impl Replica for ReplicatedUser {
+    fn name(&self) -> &str {
+        &self.username
+    }
+
+    fn validate(&self) -> Result<(), ReplicaError> {
+        ReplicatedUser::validate(self).map(drop)
+    }
+
+    fn held_by(&self, held: &ReplicatedUser) -> bool {
+        let mut held = held.clone();
+        if self.patterns.is_none() {
+            held.patterns = None;
+        }
+        if self.roles.is_none() {
+            held.roles = None;
+        }
+        *self == held
+    }
+
+    fn load(store: &Store, tx: &Transaction<'_>, name: &str) -> Result<Option<ReplicatedUser>, StoreError> {
+        Ok(load_user(tx, store.path(), name)?.map(|record| ReplicatedUser::of(&record)))
+    }
+
+    fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        tx.execute(
+            "INSERT INTO users (username, password_hash, auth_type, disabled, unrestricted)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (username) DO UPDATE SET password_hash = excluded.password_hash,
+                auth_type = excluded.auth_type, disabled = excluded.disabled,
+                unrestricted = excluded.unrestricted",
+            params![self.username, self.password_hash, self.auth_type, self.disabled, self.unrestricted],
+        )?;
+        let id: i64 =
+            tx.query_row("SELECT id FROM users WHERE username = ?1", params![self.username], |r| r.get(0))?;
+        tx.execute("DELETE FROM rules WHERE user_id = ?1", params![id])?;
+        let mut insert =
+            tx.prepare("INSERT INTO rules (user_id, position, pattern, permission) VALUES (?1, ?2, ?3, ?4)")?;
+        for (position, rule) in self.rules.iter().enumerate() {
+            insert.execute(params![id, position as i64, rule.pattern, rule.permission.as_str()])?;
+        }
+        if let Some(patterns) = &self.patterns {
+            tx.execute("DELETE FROM user_permissions WHERE user_id = ?1", params![id])?;
+            for pattern in patterns {
+                let permission = ensure_permission(tx, pattern)?;
+                tx.execute(
+                    "INSERT INTO user_permissions (user_id, permission_id) VALUES (?1, ?2)",
+                    params![id, permission],
+                )?;
+            }
+        }
+        if let Some(roles) = &self.roles {
+            tx.execute("DELETE FROM user_roles WHERE user_id = ?1", params![id])?;
+            for role in roles {
+                // A role the store does not have yet arrives on its own, after or before.
+                let role_id = ensure_role(tx, role)?;
+                tx.execute(
+                    "INSERT INTO user_roles (user_id, role_id) VALUES (?1, ?2)",
+                    params![id, role_id],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<()> {
+        // Its rules, permissions and role assignments go with it (foreign keys).
+        tx.execute("DELETE FROM users WHERE username = ?1", params![name]).map(drop)
+    }
+}
+
+impl Replica for ReplicatedRole {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self) -> Result<(), ReplicaError> {
+        validate_role_name(&self.name)?;
+        validate_patterns(&self.patterns)
+    }
+
+    fn load(store: &Store, tx: &Transaction<'_>, name: &str) -> Result<Option<ReplicatedRole>, StoreError> {
+        let db = |e| store.db(e);
+        let id: Option<i64> = tx
+            .query_row("SELECT id FROM content_roles WHERE name = ?1", params![name], |r| r.get(0))
+            .optional()
+            .map_err(db)?;
+        let Some(id) = id else { return Ok(None) };
+        let mut query = tx
+            .prepare_cached(
+                "SELECT p.pattern FROM role_permissions rp
+                 JOIN content_permissions p ON p.id = rp.permission_id
+                 WHERE rp.role_id = ?1 ORDER BY p.pattern",
+            )
+            .map_err(db)?;
+        let patterns = query.query_map(params![id], |r| r.get(0)).map_err(db)?;
+        let patterns = patterns.collect::<rusqlite::Result<Vec<String>>>().map_err(db)?;
+        Ok(Some(ReplicatedRole { name: name.to_owned(), patterns }))
+    }
+
+    /// Its members keep it.
+    fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        let role_id = ensure_role(tx, &self.name)?;
+        tx.execute("DELETE FROM role_permissions WHERE role_id = ?1", params![role_id])?;
+        for pattern in &self.patterns {
+            let permission = ensure_permission(tx, pattern)?;
+            tx.execute(
+                "INSERT INTO role_permissions (role_id, permission_id) VALUES (?1, ?2)",
+                params![role_id, permission],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Its assignments go with it.
+    fn delete(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<()> {
+        tx.execute("DELETE FROM content_roles WHERE name = ?1", params![name]).map(drop)
+    }
+}
+
 impl Store {
     /// Makes the store's user `user.username` exactly `user` (adding it if missing), in one
-    /// transaction; its content-routing permissions and roles are left as they are. Returns
-    /// whether anything changed: nothing is written when the store holds the same values.
+    /// transaction; its content-routing permissions and roles are left as they are when `user`
+    /// does not carry them. Returns whether anything changed: nothing is written when the
+    /// store holds the same values.
     pub fn put_replicated(&self, user: &ReplicatedUser) -> Result<bool, ReplicaError> {
-        let auth_type = user.validate()?;
-        if self.user(&user.username)?.is_some_and(|current| user.same_as(&current)) {
-            return Ok(false);
-        }
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO users (username, password_hash, auth_type, disabled, unrestricted)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (username) DO UPDATE SET password_hash = excluded.password_hash,
-                    auth_type = excluded.auth_type, disabled = excluded.disabled,
-                    unrestricted = excluded.unrestricted",
-                params![
-                    user.username,
-                    user.password_hash,
-                    auth_type.as_str(),
-                    user.disabled,
-                    user.unrestricted
-                ],
-            )?;
-            let id: i64 =
-                tx.query_row("SELECT id FROM users WHERE username = ?1", params![user.username], |r| {
-                    r.get(0)
-                })?;
-            tx.execute("DELETE FROM rules WHERE user_id = ?1", params![id])?;
-            let mut insert = tx.prepare(
-                "INSERT INTO rules (user_id, position, pattern, permission) VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            for (position, rule) in user.rules.iter().enumerate() {
-                insert.execute(params![id, position as i64, rule.pattern, rule.permission.as_str()])?;
-            }
-            if let Some(patterns) = &user.patterns {
-                tx.execute("DELETE FROM user_permissions WHERE user_id = ?1", params![id])?;
-                for pattern in patterns {
-                    let permission = ensure_permission(tx, pattern)?;
-                    tx.execute(
-                        "INSERT INTO user_permissions (user_id, permission_id) VALUES (?1, ?2)",
-                        params![id, permission],
-                    )?;
-                }
-            }
-            if let Some(roles) = &user.roles {
-                tx.execute("DELETE FROM user_roles WHERE user_id = ?1", params![id])?;
-                for role in roles {
-                    // A role the store does not have yet arrives on its own, after or before.
-                    let role_id = ensure_role(tx, role)?;
-                    tx.execute(
-                        "INSERT INTO user_roles (user_id, role_id) VALUES (?1, ?2)",
-                        params![id, role_id],
-                    )?;
-                }
-            }
-            Ok(())
-        })?;
-        Ok(true)
+        Ok(self.replace_replicated(&user.username, Expect::Anything, Some(user))? == Replaced::Written)
     }
 
     /// The role `name` as it travels, if the store has it.
@@ -289,46 +351,20 @@ impl Store {
     /// Makes the store's role `role.name` exactly `role` (adding it if missing), in one
     /// transaction; its members keep it. Whether anything changed.
     pub fn put_replicated_role(&self, role: &ReplicatedRole) -> Result<bool, ReplicaError> {
-        validate_role_name(&role.name)?;
-        validate_patterns(&role.patterns)?;
-        if self.replicated_role(&role.name)?.as_ref() == Some(role) {
-            return Ok(false);
-        }
-        self.write(|tx| {
-            let role_id = ensure_role(tx, &role.name)?;
-            tx.execute("DELETE FROM role_permissions WHERE role_id = ?1", params![role_id])?;
-            for pattern in &role.patterns {
-                let permission = ensure_permission(tx, pattern)?;
-                tx.execute(
-                    "INSERT INTO role_permissions (role_id, permission_id) VALUES (?1, ?2)",
-                    params![role_id, permission],
-                )?;
-            }
-            Ok(())
-        })?;
-        Ok(true)
+        Ok(self.replace_replicated(&role.name, Expect::Anything, Some(role))? == Replaced::Written)
     }
 
     /// Removes the role `name` (and its assignments) if the store has it; whether it was there.
-    pub fn remove_replicated_role(&self, name: &str) -> Result<bool, StoreError> {
-        let removed =
-            self.write(|tx| tx.execute("DELETE FROM content_roles WHERE name = ?1", params![name]))?;
-        Ok(removed > 0)
+    pub fn remove_replicated_role(&self, name: &str) -> Result<bool, ReplicaError> {
+        let removed = self.replace_replicated::<ReplicatedRole>(name, Expect::Anything, None)?;
+        Ok(removed == Replaced::Written)
     }
 
     /// Removes `username` if the store has it (its connections are closed); returns whether
     /// it was there.
-    pub fn remove_replicated(&self, username: &str) -> Result<bool, StoreError> {
-        let present = self.write(|tx| {
-            let id: Option<i64> = tx
-                .query_row("SELECT id FROM users WHERE username = ?1", params![username], |r| r.get(0))
-                .optional()?;
-            if let Some(id) = id {
-                tx.execute("DELETE FROM users WHERE id = ?1", params![id])?;
-            }
-            Ok(id.is_some())
-        })?;
-        Ok(present)
+    pub fn remove_replicated(&self, username: &str) -> Result<bool, ReplicaError> {
+        let removed = self.replace_replicated::<ReplicatedUser>(username, Expect::Anything, None)?;
+        Ok(removed == Replaced::Written)
     }
 }
 

@@ -774,7 +774,11 @@ fn load_rules(conn: &Connection, path: &Path, user_id: i64) -> Result<Vec<Rule>,
     .collect()
 }
 
-fn load_user(conn: &Connection, path: &Path, username: &str) -> Result<Option<UserRecord>, StoreError> {
+pub(super) fn load_user(
+    conn: &Connection,
+    path: &Path,
+    username: &str,
+) -> Result<Option<UserRecord>, StoreError> {
     let db_error = |source| StoreError::Database { path: path.to_path_buf(), source };
     let row = conn
         .query_row(&format!("{SELECT_USERS} WHERE username = ?1"), params![username], read_user_row)
