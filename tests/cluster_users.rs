@@ -158,3 +158,33 @@ async fn builtin_users_and_their_acls_are_the_same_on_every_node() {
         assert_eq!(s.users_apply_errors.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 }
+
+/// A node that joins later reads the stream in its order: a role changed after the user who
+/// holds it comes after that user, and the user's write made the role, empty, on the joining
+/// node. That empty role is no local change: the role's own message fills it at once (it used
+/// to be kept empty as a "local change" until the next comparison with the stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_later_gets_a_role_changed_after_its_members_at_once() {
+    let nats = NatsServer::start().await;
+    let (store_a, store_w) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let watcher = node(&store_w, &nats, "watcher").await;
+    let on_a = directory(&a);
+    let on_a = on_a.store();
+    on_a.set_pbkdf2_iterations(1000).expect("iterations");
+    on_a.add_role("ops").expect("role");
+    on_a.role_add_pattern("ops", "/room=lobby").expect("role pattern");
+    store_a.add_user("alice", "alice-secret").await;
+    on_a.assign_role("alice", "ops").expect("role assigned");
+    applied(&watcher, "alice", Instant::now(), |r| r.is_some_and(|r| r.roles == ["ops"])).await;
+    on_a.role_add_pattern("ops", "/room=attic").expect("second role pattern");
+    applied(&watcher, "alice", Instant::now(), |r| r.is_some_and(|r| r.patterns.len() == 2)).await;
+
+    // The node opens once it has applied the stream.
+    let store_late = Storage::new();
+    let late = node(&store_late, &nats, "late").await;
+    let kept_local = cluster(&late).stats().users_kept_local.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(kept_local, 0, "nothing on the new node is a local change");
+    let role = directory(&late).store().role("ops").expect("ops on the late node");
+    assert_eq!(role.patterns, ["/room=attic", "/room=lobby"]);
+}

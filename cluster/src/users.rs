@@ -167,10 +167,11 @@ trait Kind: Send + 'static {
     /// Every record the node has now, by name.
     fn snapshot(node: &Node) -> impl Future<Output = Option<HashMap<String, Self::Value>>> + Send;
     /// Whether a record the stream does not know is published on its own: an empty role is
-    /// not, since the users that hold it bring it (a node that writes such a user makes the
-    /// role, empty, and must not send that empty role over the real one on its way).
-    fn travels_alone(_value: &Self::Value) -> bool {
-        true
+    /// not ([`Replica::is_placeholder`]), since the users that hold it bring it (a node that
+    /// writes such a user makes the role, empty, and must not send that empty role over the
+    /// real one on its way).
+    fn travels_alone(value: &Self::Value) -> bool {
+        !value.is_placeholder()
     }
 }
 
@@ -223,10 +224,6 @@ impl Kind for Roles {
 
     fn encode(role: &ReplicatedRole) -> Vec<u8> {
         role.encode()
-    }
-
-    fn travels_alone(role: &ReplicatedRole) -> bool {
-        !role.patterns.is_empty()
     }
 
     async fn snapshot(node: &Node) -> Option<HashMap<String, ReplicatedRole>> {

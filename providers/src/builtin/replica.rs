@@ -286,6 +286,11 @@ impl Replica for ReplicatedRole {
         validate_patterns(&self.patterns)
     }
 
+    /// A user naming a role the store lacks makes it, empty; its own message follows.
+    fn is_placeholder(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
     fn load(store: &Store, tx: &Transaction<'_>, name: &str) -> Result<Option<ReplicatedRole>, StoreError> {
         let db = |e| store.db(e);
         let id: Option<i64> = tx

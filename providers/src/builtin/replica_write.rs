@@ -30,6 +30,12 @@ pub trait Replica: PartialEq + Sized {
     fn held_by(&self, held: &Self) -> bool {
         self == held
     }
+    /// Whether the store makes this record as a side effect of writing another (an empty role,
+    /// made when a user that names it is written): such a record is no local change, and a
+    /// record from the cluster is written over it where none was expected.
+    fn is_placeholder(&self) -> bool {
+        false
+    }
     /// The store's record `name`, read inside `tx`.
     fn load(store: &Store, tx: &Transaction<'_>, name: &str) -> Result<Option<Self>, StoreError>;
     /// Makes the store's record `self.name()` exactly this record.
@@ -98,7 +104,8 @@ impl Store {
             return Ok(Replaced::Unchanged);
         }
         if let Expect::Holds(expected) = expected {
-            if !holds(expected) {
+            let placeholder = expected.is_none() && current.as_ref().is_some_and(R::is_placeholder);
+            if !holds(expected) && !placeholder {
                 return Ok(Replaced::KeptLocal);
             }
         }
@@ -116,8 +123,8 @@ impl Store {
 mod tests {
     use mesgd_core::acl::{Permission, Rule};
 
-    use super::super::replica::ReplicatedUser;
     use super::super::replica::tests::store;
+    use super::super::replica::{ReplicatedRole, ReplicatedUser};
     use super::super::store::AuthType;
     use super::*;
 
@@ -173,6 +180,25 @@ mod tests {
             store.replace_replicated::<ReplicatedUser>("ann", Expect::Holds(None), None).unwrap(),
             Replaced::Unchanged
         );
+
+        // An empty role made by a user's write is no local change; a role with patterns is.
+        store.add_role("ops").unwrap();
+        let ops = ReplicatedRole { name: "ops".into(), patterns: vec!["/site=1".into()] };
+        assert_eq!(
+            store.replace_replicated("ops", Expect::Holds(None), Some(&ops)).unwrap(),
+            Replaced::Written
+        );
+        let other = ReplicatedRole { name: "ops".into(), patterns: vec!["/site=2".into()] };
+        assert_eq!(
+            store.replace_replicated("ops", Expect::Holds(None), Some(&other)).unwrap(),
+            Replaced::KeptLocal
+        );
+        // ... and a removal from the cluster still removes an empty role.
+        store.add_role("idle").unwrap();
+        let empty = ReplicatedRole { name: "idle".into(), patterns: Vec::new() };
+        let removed = store.replace_replicated::<ReplicatedRole>("idle", Expect::Holds(Some(&empty)), None);
+        assert_eq!(removed.unwrap(), Replaced::Written);
+        assert!(store.replicated_role("idle").unwrap().is_none());
 
         // The record must be the one named.
         assert!(store.replace_replicated("bob", Expect::Anything, Some(&later)).is_err());
