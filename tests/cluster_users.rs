@@ -2,7 +2,8 @@
 //! (`nats-server -js` on a loopback port): a user added with the real `mesgd user` command on
 //! one node's store logs in on another, an ACL change made on one node reaches a client
 //! connected to another, disabling on one node closes the user's connection on the other,
-//! a removal is applied everywhere, and a node that joins later gets every user. The delay from
+//! a removal is applied everywhere, and a node that joins later gets every user (the cluster's
+//! copy over its own, and a role changed after its members at once). The delay from
 //! the command's exit to the other node applying the change is printed (it is measured, not
 //! asserted: the machine may be slow).
 
@@ -187,4 +188,30 @@ async fn a_node_that_joins_later_gets_a_role_changed_after_its_members_at_once()
     assert_eq!(kept_local, 0, "nothing on the new node is a local change");
     let role = directory(&late).store().role("ops").expect("ops on the late node");
     assert_eq!(role.patterns, ["/room=attic", "/room=lobby"]);
+}
+
+/// A node that joins with its own copy of a user the cluster has takes the cluster's before
+/// its listeners open: the stream wins over the joining node's store (its copy is not a local
+/// change to keep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_takes_the_cluster_s_copy_of_a_user_it_has_too() {
+    let nats = NatsServer::start().await;
+    let store_a = Storage::new();
+    let a = node(&store_a, &nats, "a").await;
+    store_a.add_user("dan", "cluster-secret").await;
+    store_a.add_rule("dan", "t/#", "readwrite").await;
+    let store_w = Storage::new();
+    let watcher = node(&store_w, &nats, "watcher").await;
+    applied(&watcher, "dan", Instant::now(), |r| r.is_some_and(|r| r.rules.len() == 1)).await;
+
+    let store_late = Storage::new();
+    store_late.add_user("dan", "old-local-secret").await;
+    let late = node(&store_late, &nats, "late").await;
+    let kept_local = cluster(&late).stats().users_kept_local.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(kept_local, 0, "the joining node's own copy is not a change to keep");
+    let dan = directory(&late).store().user("dan").expect("store readable").expect("dan");
+    assert_eq!(dan.rules.len(), 1, "the cluster's copy, with its rule");
+    let (_, code) = login(&late, "dan-late", "dan", b"cluster-secret").await;
+    assert_eq!(code, ReasonCode::Success);
+    drop(a);
 }

@@ -109,6 +109,10 @@ pub(crate) async fn start(
         admins: Side::default(),
         api_tokens: Side::default(),
     };
+    // What the store holds before the stream is applied: a record of the stream replaces this
+    // node's copy of it (the stream wins on joining) instead of being kept as a local change.
+    replicator.node.directory.sync().await;
+    replicator.look_at_store().await;
     let loaded = tokio::time::timeout(load_timeout, async {
         while pending > 0 {
             let Some(Ok(m)) = messages.next().await else { break };
@@ -123,10 +127,7 @@ pub(crate) async fn start(
         );
     }
     replicator.node.directory.sync().await;
-    replicator.users.seen = Users::snapshot(&replicator.node).await.unwrap_or_default();
-    replicator.roles.seen = Roles::snapshot(&replicator.node).await.unwrap_or_default();
-    replicator.admins.seen = Admins::snapshot(&replicator.node).await.unwrap_or_default();
-    replicator.api_tokens.seen = ApiTokens::snapshot(&replicator.node).await.unwrap_or_default();
+    replicator.look_at_store().await;
     // Records only this node has join the cluster; those the stream has are the stream's.
     // Roles first, so that a user's roles are there before it.
     replicator.roles.publish_unknown(&replicator.node).await;
@@ -494,6 +495,14 @@ struct Replicator {
 }
 
 impl Replicator {
+    /// Takes the store's records as what this side has seen of them.
+    async fn look_at_store(&mut self) {
+        self.users.seen = Users::snapshot(&self.node).await.unwrap_or_default();
+        self.roles.seen = Roles::snapshot(&self.node).await.unwrap_or_default();
+        self.admins.seen = Admins::snapshot(&self.node).await.unwrap_or_default();
+        self.api_tokens.seen = ApiTokens::snapshot(&self.node).await.unwrap_or_default();
+    }
+
     async fn run(mut self, mut messages: consumer::pull::Ordered) {
         let mut changes = self.node.directory.changes();
         let mut reconcile = tokio::time::interval(RECONCILE);
