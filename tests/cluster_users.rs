@@ -215,3 +215,50 @@ async fn a_joining_node_takes_the_cluster_s_copy_of_a_user_it_has_too() {
     assert_eq!(code, ReasonCode::Success);
     drop(a);
 }
+
+/// Many users, each added and given a rule at once on one node: every node ends with every
+/// user and its rule. The second change reaches the other node right behind the first, while
+/// its directory may still show the first; that lagging copy must not be taken for a local
+/// change (published, it undid the rule everywhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_back_to_back_on_one_node_all_reach_every_node() {
+    const USERS: usize = 150;
+    let nats = NatsServer::start().await;
+    let (store_a, store_b) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let b = node(&store_b, &nats, "b").await;
+    let a_directory = directory(&a);
+    let on_a = a_directory.store();
+    on_a.set_pbkdf2_iterations(1000).expect("iterations");
+    for i in 0..USERS {
+        // Each change applied before the next, as the REST API does: two publishes a moment apart.
+        let name = format!("u{i}");
+        on_a.add_user(&name, mesgd_providers::builtin::AuthType::Basic, Some(b"pw"), false).expect("user");
+        a_directory.sync().await;
+        on_a.add_rule(&name, mesgd_core::acl::Rule::new("t/#", mesgd_core::acl::Permission::Read), None)
+            .expect("rule");
+        a_directory.sync().await;
+    }
+    let without_rule = |d: &UserDirectory| -> Vec<String> {
+        let records = d.records();
+        (0..USERS)
+            .map(|i| format!("u{i}"))
+            .filter(|n| records.get(n).is_none_or(|r| r.rules.len() != 1))
+            .collect()
+    };
+    for (server, node) in [(&b, "b"), (&a, "a")] {
+        let directory = directory(server);
+        let mut changes = directory.changes();
+        let reached = tokio::time::timeout(Duration::from_secs(30), async {
+            while !without_rule(&directory).is_empty() {
+                changes.changed().await.expect("directory running");
+            }
+        })
+        .await;
+        assert!(
+            reached.is_ok(),
+            "on {node}, users without their rule after 30 s: {:?}",
+            without_rule(&directory)
+        );
+    }
+}

@@ -395,23 +395,52 @@ impl<K: Kind> Side<K> {
 
     /// The node's records are now `now`: what changed here and is not what the stream says,
     /// to be published.
-    fn local_changes(&mut self, now: HashMap<String, K::Value>) -> Vec<(String, Option<K::Value>)> {
+    ///
+    /// `now` can lag the store (the users are the directory's copy): a record this side just
+    /// wrote from the stream may show its state before that write there. Taken for a local
+    /// change, that older state was published and undid the newer one everywhere. So each
+    /// changed record is read from the store, and what the store holds is a local change only
+    /// if it is not what this side last wrote or saw there.
+    async fn local_changes(
+        &mut self,
+        node: &Node,
+        now: HashMap<String, K::Value>,
+    ) -> Vec<(String, Option<K::Value>)> {
         let before = std::mem::replace(&mut self.seen, now);
         let names: HashSet<&String> = before.keys().chain(self.seen.keys()).collect();
+        let changed: Vec<String> =
+            names.into_iter().filter(|name| before.get(*name) != self.seen.get(*name)).cloned().collect();
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        let directory = node.directory.clone();
+        let wanted = changed.clone();
+        let read =
+            tokio::task::spawn_blocking(move || directory.store().replicated_records::<K::Value>(&wanted))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|read| read.map_err(|e| e.to_string()));
+        let mut current = match read {
+            Ok(current) => current,
+            Err(e) => {
+                // Unread, the copy's state is the best there is: the older behaviour.
+                tracing::warn!(kind = K::NAME, error = %e, "cluster: cannot read the store; using the broker's copy");
+                changed.iter().map(|name| (name.clone(), self.seen.get(name).cloned())).collect()
+            }
+        };
         let mut out = Vec::new();
-        for name in names {
-            let (old, new) = (before.get(name), self.seen.get(name));
-            if old == new {
+        for name in changed {
+            let state = current.remove(&name).flatten();
+            if self.base.get(&name) == Some(&state) {
                 continue;
             }
-            let state = new.cloned();
             self.base.insert(name.clone(), state.clone());
-            match (&state, self.known.get(name)) {
+            match (&state, self.known.get(&name)) {
                 // Removed here, and the stream does not know it (or knows it removed).
                 (None, None | Some(None)) => {}
                 (Some(value), Some(Some(said))) if value == said => {}
                 (Some(value), None) if !K::travels_alone(value) => {}
-                _ => out.push((name.clone(), state)),
+                _ => out.push((name, state)),
             }
         }
         out
@@ -556,11 +585,11 @@ impl Replicator {
     /// removed ones after.
     async fn local_changes(&mut self) {
         let roles_out = match Roles::snapshot(&self.node).await {
-            Some(now) => self.roles.local_changes(now),
+            Some(now) => self.roles.local_changes(&self.node, now).await,
             None => Vec::new(),
         };
         let users_out = match Users::snapshot(&self.node).await {
-            Some(now) => self.users.local_changes(now),
+            Some(now) => self.users.local_changes(&self.node, now).await,
             None => Vec::new(),
         };
         let (removed_roles, roles): (Vec<_>, Vec<_>) = roles_out.into_iter().partition(|(_, s)| s.is_none());
@@ -574,12 +603,12 @@ impl Replicator {
             self.roles.publish(&self.node, &name, state).await;
         }
         if let Some(now) = Admins::snapshot(&self.node).await {
-            for (name, state) in self.admins.local_changes(now) {
+            for (name, state) in self.admins.local_changes(&self.node, now).await {
                 self.admins.publish(&self.node, &name, state).await;
             }
         }
         if let Some(now) = ApiTokens::snapshot(&self.node).await {
-            for (name, state) in self.api_tokens.local_changes(now) {
+            for (name, state) in self.api_tokens.local_changes(&self.node, now).await {
                 self.api_tokens.publish(&self.node, &name, state).await;
             }
         }

@@ -77,6 +77,17 @@ pub enum Replaced {
 }
 
 impl Store {
+    /// The store's records of these names as they travel (`None`: no such record), read in one
+    /// transaction.
+    pub fn replicated_records<R: Replica>(
+        &self,
+        names: &[String],
+    ) -> Result<std::collections::HashMap<String, Option<R>>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.db(e))?;
+        names.iter().map(|name| Ok((name.clone(), R::load(self, &tx, name)?))).collect()
+    }
+
     /// Makes the store's record `name` `wanted` (`None`: removed) if it holds what `expected`
     /// says, all in one immediate transaction (see the module documentation).
     pub fn replace_replicated<R: Replica>(
