@@ -312,6 +312,11 @@ struct Side<K: Kind> {
     seen: HashMap<String, K::Value>,
     /// Records changed here whose publish failed: the store has the newer state.
     unsent: HashSet<String>,
+    /// The stream sequence of this node's last stored publish of each record whose echo has
+    /// not come back yet: a message of the record with a lower sequence is an older state,
+    /// already replaced in the stream (above all the echo of an earlier publish of this node),
+    /// and is not written.
+    published: HashMap<String, u64>,
     /// What the store held of each record when the replicator last knew it (what it wrote, or
     /// what it saw there): a store that holds something else has a local change not yet
     /// published, which a message from the stream must not overwrite.
@@ -320,18 +325,34 @@ struct Side<K: Kind> {
 
 impl<K: Kind> Default for Side<K> {
     fn default() -> Self {
-        Side { known: HashMap::new(), seen: HashMap::new(), unsent: HashSet::new(), base: HashMap::new() }
+        Side {
+            known: HashMap::new(),
+            seen: HashMap::new(),
+            unsent: HashSet::new(),
+            published: HashMap::new(),
+            base: HashMap::new(),
+        }
     }
 }
 
 impl<K: Kind> Side<K> {
     /// A message of the stream for record `key`: remembered, and written into the local
     /// store; whether the store changed.
-    async fn received(&mut self, node: &Node, key: &str, payload: &[u8]) -> bool {
+    async fn received(&mut self, node: &Node, key: &str, payload: &[u8], sequence: u64) -> bool {
         let Ok(name) = client_key::decode(key) else {
             ClusterStats::add(&node.stats.users_invalid, 1);
             return false;
         };
+        match self.published.get(&name) {
+            // Without this, the echo of the first of two quick changes made here undid the
+            // second on this node until the second's echo came.
+            Some(&last) if sequence < last => return false,
+            // The echo of the last publish (or later): nothing older is on its way.
+            Some(_) => {
+                self.published.remove(&name);
+            }
+            None => {}
+        }
         let value = if payload.is_empty() {
             None
         } else {
@@ -498,8 +519,9 @@ impl<K: Kind> Side<K> {
             ack.await.map_err(|e| e.to_string())
         };
         match tokio::time::timeout(PUBLISH_TIMEOUT, stored).await {
-            Ok(Ok(_)) => {
+            Ok(Ok(ack)) => {
                 ClusterStats::add(&node.stats.users_published, 1);
+                self.published.insert(name.to_owned(), ack.sequence);
                 self.unsent.remove(name);
                 self.known.insert(name.to_owned(), state);
             }
@@ -563,12 +585,14 @@ impl Replicator {
             ClusterStats::add(&self.node.stats.users_invalid, 1);
             return;
         };
+        let sequence = m.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let (node, payload) = (&self.node, &m.payload);
         // A user's key is one token; the other kinds have a kind token before theirs.
         let changed = match rest.split_once('.') {
-            None => self.users.received(&self.node, rest, &m.payload).await,
-            Some((ROLE_TOKEN, key)) => self.roles.received(&self.node, key, &m.payload).await,
-            Some((ADMIN_TOKEN, key)) => self.admins.received(&self.node, key, &m.payload).await,
-            Some((API_TOKEN_TOKEN, key)) => self.api_tokens.received(&self.node, key, &m.payload).await,
+            None => self.users.received(node, rest, payload, sequence).await,
+            Some((ROLE_TOKEN, key)) => self.roles.received(node, key, payload, sequence).await,
+            Some((ADMIN_TOKEN, key)) => self.admins.received(node, key, payload, sequence).await,
+            Some((API_TOKEN_TOKEN, key)) => self.api_tokens.received(node, key, payload, sequence).await,
             Some(_) => {
                 ClusterStats::add(&self.node.stats.users_invalid, 1);
                 false
