@@ -373,6 +373,13 @@ impl<K: Kind> Side<K> {
     /// local change not yet published (then the change is published next and wins); whether
     /// it changed anything.
     async fn write_local(&mut self, node: &Node, name: &str, value: Option<K::Value>) -> bool {
+        if self.unsent.contains(name) {
+            // A change made here whose publish failed: the store holds it, and the retry
+            // publishes what the store holds, so writing now would send the stream's older
+            // state back as if it were this node's change.
+            ClusterStats::add(&node.stats.users_kept_local, 1);
+            return false;
+        }
         let directory = node.directory.clone();
         let owned = name.to_owned();
         let base = match self.base.get(name) {
