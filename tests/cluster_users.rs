@@ -268,3 +268,65 @@ async fn changes_made_back_to_back_on_one_node_all_reach_every_node() {
     let applied_on_a = cluster(&a).stats().users_applied.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(applied_on_a, 0, "a wrote its own older states back into its store");
 }
+
+/// Two nodes changing the same users at once, each change applied before its next, as the
+/// REST API does: the nodes end with the same state of every user (the one the stream stored
+/// last), and that state is one of the changes made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_changing_the_same_users_at_once_converge() {
+    const USERS: usize = 20;
+    const ROUNDS: usize = 8;
+    let nats = NatsServer::start().await;
+    let (store_a, store_b) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let b = node(&store_b, &nats, "b").await;
+    let (dir_a, dir_b) = (directory(&a), directory(&b));
+    dir_a.store().set_pbkdf2_iterations(1000).expect("iterations");
+    for i in 0..USERS {
+        let name = format!("u{i}");
+        dir_a
+            .store()
+            .add_user(&name, mesgd_providers::builtin::AuthType::Basic, Some(b"pw"), false)
+            .expect("user");
+    }
+    dir_a.sync().await;
+    applied(&b, &format!("u{}", USERS - 1), Instant::now(), |r| r.is_some()).await;
+
+    // Each node appends rules naming itself; the stream orders the two nodes' versions.
+    let change = |directory: Arc<UserDirectory>, node: &'static str| async move {
+        for round in 0..ROUNDS {
+            for i in 0..USERS {
+                let rule =
+                    mesgd_core::acl::Rule::new(format!("{node}/{round}"), mesgd_core::acl::Permission::Read);
+                // A rule of the other node's may have replaced the user's list meanwhile.
+                let _ = directory.store().add_rule(&format!("u{i}"), rule, None);
+                directory.sync().await;
+            }
+        }
+    };
+    tokio::join!(change(dir_a.clone(), "a"), change(dir_b.clone(), "b"));
+
+    let rules = |d: &UserDirectory| -> Vec<Option<Vec<String>>> {
+        let records = d.records();
+        (0..USERS)
+            .map(|i| {
+                records.get(&format!("u{i}")).map(|r| r.rules.iter().map(|r| r.pattern.clone()).collect())
+            })
+            .collect()
+    };
+    let (mut changes_a, mut changes_b) = (dir_a.changes(), dir_b.changes());
+    let converged = tokio::time::timeout(Duration::from_secs(30), async {
+        while rules(&dir_a) != rules(&dir_b) {
+            tokio::select! {
+                changed = changes_a.changed() => changed.expect("a's directory running"),
+                changed = changes_b.changed() => changed.expect("b's directory running"),
+            }
+        }
+    })
+    .await;
+    assert!(converged.is_ok(), "a and b differ after 30 s:\n{:?}\n{:?}", rules(&dir_a), rules(&dir_b));
+    for user in rules(&dir_a) {
+        let user = user.expect("every user is still there");
+        assert!(!user.is_empty(), "every user has one of the changes made");
+    }
+}
