@@ -330,3 +330,33 @@ async fn two_nodes_changing_the_same_users_at_once_converge() {
         assert!(!user.is_empty(), "every user has one of the changes made");
     }
 }
+
+/// A change made while NATS does not answer stays on its node (its publish times out and is
+/// counted) and reaches the other node once NATS answers again, through the replicator's
+/// periodic retry; the change does not get lost to the stream's older state meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_while_nats_hangs_reaches_the_cluster_when_it_answers() {
+    let nats = NatsServer::start().await;
+    let (store_a, store_b) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let b = node(&store_b, &nats, "b").await;
+    store_a.add_user("eve", "eve-secret").await;
+    applied(&b, "eve", Instant::now(), |r| r.is_some()).await;
+
+    nats.pause().await;
+    store_a.add_rule("eve", "t/#", "read").await;
+    let errors = || cluster(&a).stats().users_publish_errors.load(std::sync::atomic::Ordering::Relaxed);
+    let on_a = directory(&a);
+    common::within("a's publish to time out (after 5 s)", async {
+        while errors() == 0 {
+            // Polled: a counter has no notification.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(on_a.records()["eve"].rules.len(), 1, "the change stays on a");
+    nats.resume();
+    let took = applied(&b, "eve", Instant::now(), |r| r.is_some_and(|r| r.rules.len() == 1)).await;
+    println!("the change reached b {took:?} after NATS answered again");
+    assert_eq!(on_a.records()["eve"].rules.len(), 1, "and a still has it");
+}
