@@ -360,3 +360,44 @@ async fn a_change_made_while_nats_hangs_reaches_the_cluster_when_it_answers() {
     println!("the change reached b {took:?} after NATS answered again");
     assert_eq!(on_a.records()["eve"].rules.len(), 1, "and a still has it");
 }
+
+/// Roles made and given a pattern back to back on one node (each change applied before the
+/// next): every node ends with every role and its two patterns, and the node that made them
+/// writes nothing of its own back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_changed_back_to_back_on_one_node_all_reach_every_node() {
+    const ROLES: usize = 60;
+    let nats = NatsServer::start().await;
+    let (store_a, store_b) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let b = node(&store_b, &nats, "b").await;
+    let a_directory = directory(&a);
+    let on_a = a_directory.store();
+    for i in 0..ROLES {
+        let name = format!("r{i}");
+        on_a.add_role(&name).expect("role");
+        on_a.role_add_pattern(&name, "/site=1").expect("pattern");
+        a_directory.sync().await;
+        on_a.role_add_pattern(&name, "/site=2").expect("second pattern");
+        a_directory.sync().await;
+    }
+    let complete = |server: &TestServer| -> Vec<String> {
+        let roles = directory(server).store().roles().expect("roles readable");
+        (0..ROLES)
+            .map(|i| format!("r{i}"))
+            .filter(|n| !roles.iter().any(|r| &r.name == n && r.patterns == ["/site=1", "/site=2"]))
+            .collect()
+    };
+    let b_directory = directory(&b);
+    let mut changes = b_directory.changes();
+    let reached = tokio::time::timeout(Duration::from_secs(30), async {
+        while !complete(&b).is_empty() {
+            changes.changed().await.expect("directory running");
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "roles incomplete on b after 30 s: {:?}", complete(&b));
+    assert!(complete(&a).is_empty(), "roles incomplete on a: {:?}", complete(&a));
+    let applied_on_a = cluster(&a).stats().users_applied.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(applied_on_a, 0, "a wrote its own older states back into its store");
+}
