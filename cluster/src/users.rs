@@ -646,6 +646,10 @@ impl Replicator {
     }
 
     async fn reconcile(&mut self) {
+        // A change whose notice found the store unreadable (its kind's snapshot failed) is
+        // still in the store and not in `seen`: looking again here publishes it, instead of
+        // waiting for the next change of that kind.
+        self.local_changes().await;
         let mut changed = false;
         if let Some(now) = Roles::snapshot(&self.node).await {
             changed |= self.roles.reconcile(&self.node, &now).await;
