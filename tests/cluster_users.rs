@@ -32,6 +32,23 @@ async fn node(storage: &Storage, nats: &NatsServer, name: &str) -> TestServer {
     .await
 }
 
+/// A fresh NATS server and two nodes on it, `a` and `b`, each with a store of its own.
+async fn two_nodes() -> (NatsServer, Storage, Storage, TestServer, TestServer) {
+    let nats = NatsServer::start().await;
+    let (store_a, store_b) = (Storage::new(), Storage::new());
+    let a = node(&store_a, &nats, "a").await;
+    let b = node(&store_b, &nats, "b").await;
+    (nats, store_a, store_b, a, b)
+}
+
+/// One of `server`'s cluster counters.
+fn counted(
+    server: &TestServer,
+    which: fn(&mesgd_cluster::ClusterStats) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    which(cluster(server).stats()).load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn directory(server: &TestServer) -> Arc<UserDirectory> {
     let server = server.server.as_ref().expect("running");
     server.context().services().get::<UserDirectory>().expect("the builtin store is open")
@@ -86,10 +103,7 @@ async fn publish_reason(raw: &mut common::Raw, topic: &str, id: u16) -> ReasonCo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtin_users_and_their_acls_are_the_same_on_every_node() {
-    let nats = NatsServer::start().await;
-    let (store_a, store_b) = (Storage::new(), Storage::new());
-    let a = node(&store_a, &nats, "a").await;
-    let b = node(&store_b, &nats, "b").await;
+    let (nats, store_a, store_b, a, b) = two_nodes().await;
 
     // Added on a with the command line; b applies it and ann logs in there with her password.
     let started = Instant::now();
@@ -184,7 +198,7 @@ async fn a_node_that_joins_later_gets_a_role_changed_after_its_members_at_once()
     // The node opens once it has applied the stream.
     let store_late = Storage::new();
     let late = node(&store_late, &nats, "late").await;
-    let kept_local = cluster(&late).stats().users_kept_local.load(std::sync::atomic::Ordering::Relaxed);
+    let kept_local = counted(&late, |s| &s.users_kept_local);
     assert_eq!(kept_local, 0, "nothing on the new node is a local change");
     let role = directory(&late).store().role("ops").expect("ops on the late node");
     assert_eq!(role.patterns, ["/room=attic", "/room=lobby"]);
@@ -207,7 +221,7 @@ async fn a_joining_node_takes_the_cluster_s_copy_of_a_user_it_has_too() {
     let store_late = Storage::new();
     store_late.add_user("dan", "old-local-secret").await;
     let late = node(&store_late, &nats, "late").await;
-    let kept_local = cluster(&late).stats().users_kept_local.load(std::sync::atomic::Ordering::Relaxed);
+    let kept_local = counted(&late, |s| &s.users_kept_local);
     assert_eq!(kept_local, 0, "the joining node's own copy is not a change to keep");
     let dan = directory(&late).store().user("dan").expect("store readable").expect("dan");
     assert_eq!(dan.rules.len(), 1, "the cluster's copy, with its rule");
@@ -224,10 +238,7 @@ async fn a_joining_node_takes_the_cluster_s_copy_of_a_user_it_has_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_made_back_to_back_on_one_node_all_reach_every_node() {
     const USERS: usize = 150;
-    let nats = NatsServer::start().await;
-    let (store_a, store_b) = (Storage::new(), Storage::new());
-    let a = node(&store_a, &nats, "a").await;
-    let b = node(&store_b, &nats, "b").await;
+    let (_nats, _store_a, _store_b, a, b) = two_nodes().await;
     let a_directory = directory(&a);
     let on_a = a_directory.store();
     on_a.set_pbkdf2_iterations(1000).expect("iterations");
@@ -265,7 +276,7 @@ async fn changes_made_back_to_back_on_one_node_all_reach_every_node() {
     // a made every change: nothing from the stream was news to it. Each message was its own
     // change, or an older one of its own that a later publish had replaced (writing that one
     // took the rule away on a until the later echo came).
-    let applied_on_a = cluster(&a).stats().users_applied.load(std::sync::atomic::Ordering::Relaxed);
+    let applied_on_a = counted(&a, |s| &s.users_applied);
     assert_eq!(applied_on_a, 0, "a wrote its own older states back into its store");
 }
 
@@ -276,10 +287,7 @@ async fn changes_made_back_to_back_on_one_node_all_reach_every_node() {
 async fn two_nodes_changing_the_same_users_at_once_converge() {
     const USERS: usize = 20;
     const ROUNDS: usize = 8;
-    let nats = NatsServer::start().await;
-    let (store_a, store_b) = (Storage::new(), Storage::new());
-    let a = node(&store_a, &nats, "a").await;
-    let b = node(&store_b, &nats, "b").await;
+    let (_nats, _store_a, _store_b, a, b) = two_nodes().await;
     let (dir_a, dir_b) = (directory(&a), directory(&b));
     dir_a.store().set_pbkdf2_iterations(1000).expect("iterations");
     for i in 0..USERS {
@@ -336,10 +344,7 @@ async fn two_nodes_changing_the_same_users_at_once_converge() {
 /// periodic retry; the change does not get lost to the stream's older state meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_made_while_nats_hangs_reaches_the_cluster_when_it_answers() {
-    let nats = NatsServer::start().await;
-    let (store_a, store_b) = (Storage::new(), Storage::new());
-    let a = node(&store_a, &nats, "a").await;
-    let b = node(&store_b, &nats, "b").await;
+    let (nats, store_a, _store_b, a, b) = two_nodes().await;
     store_a.add_user("eve", "eve-secret").await;
     applied(&b, "eve", Instant::now(), |r| r.is_some()).await;
 
@@ -367,10 +372,7 @@ async fn a_change_made_while_nats_hangs_reaches_the_cluster_when_it_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_changed_back_to_back_on_one_node_all_reach_every_node() {
     const ROLES: usize = 60;
-    let nats = NatsServer::start().await;
-    let (store_a, store_b) = (Storage::new(), Storage::new());
-    let a = node(&store_a, &nats, "a").await;
-    let b = node(&store_b, &nats, "b").await;
+    let (_nats, _store_a, _store_b, a, b) = two_nodes().await;
     let a_directory = directory(&a);
     let on_a = a_directory.store();
     for i in 0..ROLES {
@@ -398,6 +400,6 @@ async fn roles_changed_back_to_back_on_one_node_all_reach_every_node() {
     .await;
     assert!(reached.is_ok(), "roles incomplete on b after 30 s: {:?}", complete(&b));
     assert!(complete(&a).is_empty(), "roles incomplete on a: {:?}", complete(&a));
-    let applied_on_a = cluster(&a).stats().users_applied.load(std::sync::atomic::Ordering::Relaxed);
+    let applied_on_a = counted(&a, |s| &s.users_applied);
     assert_eq!(applied_on_a, 0, "a wrote its own older states back into its store");
 }
