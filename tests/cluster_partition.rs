@@ -19,10 +19,13 @@ use common::packets::{connect_bytes, publish_packet};
 use common::{Raw, TestServer, within};
 use mesgd_core::mqtt::{Packet, ProtocolVersion, ReasonCode};
 
-/// A node whose only NATS server is `url` (so that it stays on that server's side).
+/// A node whose only NATS server is `url` (so that it stays on that server's side). Three
+/// servers whose routes run through the test's relays can take longer than the default 30 s to
+/// place a stream's three replicas on a loaded machine (once seen in CI: "no suitable peers for
+/// placement" until the start gave up), so the start waits up to 90 s.
 async fn node(name: &str, url: &str) -> TestServer {
     TestServer::start(&format!(
-        "[cluster]\nnode = {name:?}\nnats = [{url:?}]\nretained_replicas = 3\nregistry_replicas = 3\n\
+        "[cluster]\nnode = {name:?}\nnats = [{url:?}]\njetstream_ready_timeout_ms = 90000\nretained_replicas = 3\nregistry_replicas = 3\n\
          users_replicas = 3\nlease_ms = 3000\nnats_lost_close_ms = 4000\nregistry_timeout_ms = 1000\n\
          [cluster.durable]\nreplicas = 3\nstore_timeout_ms = 1000\n"
     ))
