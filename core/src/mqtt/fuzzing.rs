@@ -21,9 +21,11 @@
 //! - a CONNECT's unused fields after flags that make them meaningless (a will QoS of 0 and no
 //!   will retain are the only spelling without a will, so there are none there).
 
+use std::sync::Arc;
+
 use bytes::BytesMut;
 
-use super::{Packet, ProtocolVersion, decode, encode, encoded_len};
+use super::{Packet, ProtocolVersion, decode, decode_reusing, encode, encoded_len};
 
 /// Decodes `packet`'s encoding for `version` back and checks the round trip; returns the bytes.
 fn check_round_trip(packet: &Packet, version: ProtocolVersion) -> BytesMut {
@@ -58,9 +60,15 @@ pub fn decode_stream(data: &[u8]) {
     };
     let max = if control & 0b100 == 0 { u32::MAX } else { u32::from(control >> 3) * 8 };
     let mut buf = BytesMut::from(stream);
+    // As a connection does, each packet is decoded given the last PUBLISH's topic; decoding
+    // without it must give the same.
+    let mut last_topic: Option<Arc<str>> = None;
     loop {
         let before = buf.len();
-        let packet = match decode(&mut buf, version, max) {
+        let plain = decode(&mut buf.clone(), version, max);
+        let decoded = decode_reusing(&mut buf, version, max, last_topic.as_ref());
+        assert_eq!(decoded, plain, "decoding with the last topic {last_topic:?} differs");
+        let packet = match decoded {
             Ok(Some(packet)) => packet,
             Ok(None) => {
                 assert_eq!(buf.len(), before, "an incomplete packet was consumed");
@@ -76,6 +84,9 @@ pub fn decode_stream(data: &[u8]) {
         let consumed = before - buf.len();
         assert!(u32::try_from(consumed).is_ok_and(|n| n <= max), "a packet over the limit decoded");
         check_round_trip(&packet, packet_version);
+        if let Packet::Publish(publish) = &packet {
+            last_topic = Some(publish.topic.clone());
+        }
         version = Some(packet_version);
     }
 }

@@ -57,7 +57,7 @@ pub mod fuzzing;
 #[cfg(test)]
 mod tests;
 
-pub use decode::decode;
+pub use decode::{decode, decode_reusing};
 pub use encode::{encode, encode_plain_publish, encoded_len};
 pub use error::{DecodeError, EncodeError};
 pub use packet::{

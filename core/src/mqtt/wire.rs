@@ -7,6 +7,8 @@
 //! out-of-range integers), then a pass that writes straight into the caller's `BytesMut`. One
 //! description of each packet thus serves both passes and the two cannot drift apart.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::{DecodeError, EncodeError};
@@ -145,12 +147,17 @@ impl Reader {
 
     /// A UTF-8 encoded string: well-formed UTF-8 ([MQTT-1.5.3-1]) without U+0000 ([MQTT-1.5.3-2]).
     pub(crate) fn str(&mut self) -> Result<&str, DecodeError> {
+        utf8_string(self.prefixed()?)
+    }
+
+    /// A string that is `same` when its bytes are `same`'s: a clone of it, neither copied nor
+    /// checked for UTF-8 again (a `str` is UTF-8 already). U+0000 is refused all the same.
+    pub(crate) fn string_or_same(&mut self, same: &Arc<str>) -> Result<Arc<str>, DecodeError> {
         let raw = self.prefixed()?;
-        let s = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidUtf8)?;
-        if raw.contains(&0) {
-            return Err(DecodeError::NulInString);
+        if raw == same.as_bytes() && !raw.contains(&0) {
+            return Ok(Arc::clone(same));
         }
-        Ok(s)
+        utf8_string(raw).map(Arc::from)
     }
 
     /// A string converted to the owner type the packet model uses (`String` or `Arc<str>`).
@@ -193,6 +200,15 @@ impl Reader {
     pub(crate) fn widen(&mut self, outer_end: usize) {
         self.end = outer_end;
     }
+}
+
+/// A UTF-8 encoded string: well-formed UTF-8 ([MQTT-1.5.3-1]) without U+0000 ([MQTT-1.5.3-2]).
+fn utf8_string(raw: &[u8]) -> Result<&str, DecodeError> {
+    let s = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidUtf8)?;
+    if raw.contains(&0) {
+        return Err(DecodeError::NulInString);
+    }
+    Ok(s)
 }
 
 /// Where an encoder pass sends its output: a [`Counter`] (lengths and validation) or a `BytesMut`.

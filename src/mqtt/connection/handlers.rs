@@ -26,10 +26,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             if self.publish_must_wait() {
                 return Ok(());
             }
-            let packet = match mqtt::decode(
+            let packet = match mqtt::decode_reusing(
                 &mut self.inbuf,
                 Some(self.core.version),
                 self.core.ctx.mqtt.max_packet_size,
+                self.last_topic.as_ref().map(TopicName::as_arc),
             ) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Ok(()),
@@ -132,9 +133,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     }
                 }
             }
-            _ => TopicName::try_from(topic.clone()).map_err(|e| {
-                End::protocol(ReasonCode::TopicNameInvalid, format!("invalid topic name: {e}"))
-            })?,
+            // The decoder shared the last topic's text: it was checked then.
+            _ => match &self.last_topic {
+                Some(last) if Arc::ptr_eq(last.as_arc(), topic) => last.clone(),
+                _ => {
+                    let name = TopicName::try_from(topic.clone()).map_err(|e| {
+                        End::protocol(ReasonCode::TopicNameInvalid, format!("invalid topic name: {e}"))
+                    })?;
+                    self.last_topic = Some(name.clone());
+                    name
+                }
+            },
         };
         if let Some(a) = alias {
             self.core.aliases.get_or_insert_with(Box::default).incoming.insert(a, name.clone());

@@ -200,6 +200,9 @@ pub(crate) struct Connection<S> {
     routed: bool,
     timer: Option<Pin<Box<Sleep>>>,
     inbuf: BytesMut,
+    /// The topic of the last PUBLISH received, checked: the next PUBLISH to the same topic
+    /// shares it (`mqtt::decode_reusing`) and skips the topic checks.
+    last_topic: Option<TopicName>,
     outbuf: BytesMut,
     /// Output held until the journal has it on disk (durability `always`), while there is any.
     held: Option<Box<Held>>,
@@ -276,6 +279,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             routed: false,
             timer: None,
             inbuf,
+            last_topic: None,
             outbuf: BytesMut::new(),
             held: None,
             journal: core.ctx.broker.journal().filter(|j| j.acks_wait_for_disk()).cloned(),

@@ -15,7 +15,7 @@ use crate::mqtt::{
     AckProperties, Auth, AuthProperties, ConnAck, ConnAckProperties, Connect, ConnectProperties, Disconnect,
     DisconnectProperties, MAX_VAR_INT, Packet, ProtocolVersion, PubResponse, Publish, PublishProperties, QoS,
     ReasonCode, RetainHandling, SubAck, Subscribe, SubscribeProperties, SubscriptionOptions, UnsubAck,
-    Unsubscribe, UnsubscribeProperties, Will, WillProperties, decode,
+    Unsubscribe, UnsubscribeProperties, Will, WillProperties, decode, decode_reusing,
 };
 
 use ProtocolVersion::{V5, V31, V311};
@@ -534,6 +534,33 @@ proptest! {
         prop_assert_eq!(decode_reencode_all(&bytes, None, u32::MAX), 1 + rest.len());
         let damaged = damage(bytes, &edits, keep);
         decode_reencode_all(&damaged, None, max);
+    }
+
+    /// Decoding with the previous PUBLISH's topic at hand (as a connection does) gives what
+    /// decoding without it gives, damaged input included; a PUBLISH to that very topic shares
+    /// its text.
+    #[test]
+    fn decoding_with_the_last_topic_gives_the_same_packets(
+        (v, p) in select(vec![V31, V311, V5]).prop_flat_map(|v| (Just(v), packet(v))),
+        other in arc_text(),
+        same in any::<bool>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..3),
+        keep in any::<usize>(),
+    ) {
+        let last: Arc<str> = match &p {
+            Packet::Publish(publish) if same => Arc::from(&*publish.topic),
+            _ => other,
+        };
+        let bytes = encode_vec(&p, v);
+        for input in [bytes.clone(), damage(bytes, &edits, keep)] {
+            let version = decode_version(&p, v);
+            let plain = decode(&mut BytesMut::from(&input[..]), version, u32::MAX);
+            let reusing = decode_reusing(&mut BytesMut::from(&input[..]), version, u32::MAX, Some(&last));
+            if let Ok(Some(Packet::Publish(publish))) = &reusing {
+                prop_assert_eq!(Arc::ptr_eq(&publish.topic, &last), *publish.topic == *last);
+            }
+            prop_assert_eq!(reusing, plain);
+        }
     }
 
     #[test]
