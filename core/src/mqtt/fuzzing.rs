@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::{Packet, ProtocolVersion, decode, decode_reusing, encode, encoded_len};
+use super::{Decoded, Packet, ProtocolVersion, Publish, decode, decode_into, encode, encoded_len};
 
 /// Decodes `packet`'s encoding for `version` back and checks the round trip; returns the bytes.
 fn check_round_trip(packet: &Packet, version: ProtocolVersion) -> BytesMut {
@@ -60,14 +60,26 @@ pub fn decode_stream(data: &[u8]) {
     };
     let max = if control & 0b100 == 0 { u32::MAX } else { u32::from(control >> 3) * 8 };
     let mut buf = BytesMut::from(stream);
-    // As a connection does, each packet is decoded given the last PUBLISH's topic; decoding
-    // without it must give the same.
+    // Past CONNECT, packets are decoded as a connection does (`decode_into`, one PUBLISH slot
+    // for the whole stream, the last PUBLISH's topic at hand); a plain decode must agree.
     let mut last_topic: Option<Arc<str>> = None;
+    let mut slot = Publish::default();
     loop {
         let before = buf.len();
-        let plain = decode(&mut buf.clone(), version, max);
-        let decoded = decode_reusing(&mut buf, version, max, last_topic.as_ref());
-        assert_eq!(decoded, plain, "decoding with the last topic {last_topic:?} differs");
+        let decoded = match version {
+            None => decode(&mut buf, version, max),
+            Some(v) => {
+                let plain = decode(&mut buf.clone(), version, max);
+                let into = decode_into(&mut buf, v, max, last_topic.as_ref(), &mut slot).map(|d| {
+                    d.map(|d| match d {
+                        Decoded::Publish => Packet::Publish(slot.clone()),
+                        Decoded::Other(packet) => packet,
+                    })
+                });
+                assert_eq!(into, plain, "decode_into with the last topic {last_topic:?} differs");
+                into
+            }
+        };
         let packet = match decoded {
             Ok(Some(packet)) => packet,
             Ok(None) => {

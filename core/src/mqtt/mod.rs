@@ -57,7 +57,7 @@ pub mod fuzzing;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode, decode_reusing};
+pub use decode::{Decoded, decode, decode_into};
 pub use encode::{encode, encode_plain_publish, encoded_len};
 pub use error::{DecodeError, EncodeError};
 pub use packet::{

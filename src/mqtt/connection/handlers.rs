@@ -7,8 +7,8 @@ use mesgd_core::broker::Stats;
 use mesgd_core::journal::Atomic;
 use mesgd_core::model::{Message, MessageProperties, Origin, SessionExpiry, SubscribeOptions, digest};
 use mesgd_core::mqtt::{
-    self, AckProperties, Disconnect, Packet, PubResponse, Publish, QoS, ReasonCode, SubAck, Subscribe,
-    UnsubAck, Unsubscribe,
+    self, AckProperties, Decoded, Disconnect, Packet, PubResponse, Publish, QoS, ReasonCode, SubAck,
+    Subscribe, UnsubAck, Unsubscribe,
 };
 use mesgd_core::session::{IncomingQos2, PubRecOutcome};
 use mesgd_core::topic::{SubscriptionFilter, TopicName};
@@ -22,27 +22,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Handles every complete packet in the input, up to a PUBLISH that must wait for the
     /// queue budget.
     pub(super) fn handle_input(&mut self) -> Result<(), End> {
+        // PUBLISH packets are decoded into this one slot (`mqtt::decode_into`).
+        let mut publish = Publish::default();
         loop {
             if self.publish_must_wait() {
                 return Ok(());
             }
-            let packet = match mqtt::decode_reusing(
+            let decoded = mqtt::decode_into(
                 &mut self.inbuf,
-                Some(self.core.version),
+                self.core.version,
                 self.core.ctx.mqtt.max_packet_size,
                 self.last_topic.as_ref().map(TopicName::as_arc),
-            ) {
-                Ok(Some(p)) => p,
+                &mut publish,
+            );
+            match decoded {
+                Ok(Some(Decoded::Publish)) => self.on_publish(&mut publish)?,
+                Ok(Some(Decoded::Other(packet))) => self.handle_packet(packet)?,
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(End::protocol(e.reason_code(), e.to_string())),
-            };
-            self.handle_packet(packet)?;
+            }
         }
     }
 
     fn handle_packet(&mut self, packet: Packet) -> Result<(), End> {
         match packet {
-            Packet::Publish(p) => self.on_publish(p),
+            Packet::Publish(mut p) => self.on_publish(&mut p),
             Packet::PubAck(a) => {
                 if !self.core.session.puback(a.packet_id) {
                     tracing::debug!(packet_id = a.packet_id, "PUBACK for an unknown packet id");
@@ -151,7 +155,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         Ok(name)
     }
 
-    fn on_publish(&mut self, p: Publish) -> Result<(), End> {
+    fn on_publish(&mut self, p: &mut Publish) -> Result<(), End> {
         let v5 = is_v5(self.core.version);
         if !p.properties.subscription_identifiers.is_empty() {
             // [MQTT-3.3.4-6]: only the server sends subscription identifiers.
@@ -206,7 +210,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             let origin = Origin::client(Some(self.core.session.id()), self.core.session.client_id().clone());
             // Kept only to name it in a log line, should the retained store refuse it.
             let retained_topic = p.retain.then(|| topic.clone());
-            let mut message = Message::new(topic, p.payload, p.qos, p.retain, origin);
+            let mut message = Message::new(topic, std::mem::take(&mut p.payload), p.qos, p.retain, origin);
             if v5 {
                 message.properties = MessageProperties::from(&p.properties);
                 message = message.with_expiry_interval(p.properties.message_expiry_interval, self.now);

@@ -201,7 +201,7 @@ pub(crate) struct Connection<S> {
     timer: Option<Pin<Box<Sleep>>>,
     inbuf: BytesMut,
     /// The topic of the last PUBLISH received, checked: the next PUBLISH to the same topic
-    /// shares it (`mqtt::decode_reusing`) and skips the topic checks.
+    /// shares it (`mqtt::decode_into`) and skips the topic checks.
     last_topic: Option<TopicName>,
     outbuf: BytesMut,
     /// Output held until the journal has it on disk (durability `always`), while there is any.

@@ -6,8 +6,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::{decode_version, encode_vec};
 use crate::mqtt::{
-    AckProperties, Connect, DecodeError, Packet, ProtocolVersion, PubResponse, Publish, PublishProperties,
-    QoS, ReasonCode, Subscribe, SubscribeProperties, SubscriptionOptions, decode,
+    AckProperties, Connect, DecodeError, Decoded, Packet, ProtocolVersion, PubResponse, Publish,
+    PublishProperties, QoS, ReasonCode, Subscribe, SubscribeProperties, SubscriptionOptions, decode,
 };
 
 use ProtocolVersion::{V5, V31, V311};
@@ -156,7 +156,9 @@ fn a_wrong_first_byte_is_refused_before_the_length_arrives() {
 #[test]
 fn a_publish_to_the_last_topic_shares_it_and_any_other_is_checked_as_ever() {
     let reusing = |bytes: &[u8], last: &Arc<str>| {
-        crate::mqtt::decode_reusing(&mut BytesMut::from(bytes), Some(V311), u32::MAX, Some(last))
+        let mut slot = Publish::default();
+        crate::mqtt::decode_into(&mut BytesMut::from(bytes), V311, u32::MAX, Some(last), &mut slot)
+            .map(|d| d.map(|d| if d == Decoded::Publish { Packet::Publish(slot) } else { panic!("{d:?}") }))
     };
     let topic_of = |packet: Result<Option<Packet>, DecodeError>| match packet {
         Ok(Some(Packet::Publish(p))) => p.topic,

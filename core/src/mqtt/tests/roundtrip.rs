@@ -12,10 +12,11 @@ use proptest::strategy::Union;
 
 use super::{decode_reencode_all, decode_version, encode_vec};
 use crate::mqtt::{
-    AckProperties, Auth, AuthProperties, ConnAck, ConnAckProperties, Connect, ConnectProperties, Disconnect,
-    DisconnectProperties, MAX_VAR_INT, Packet, ProtocolVersion, PubResponse, Publish, PublishProperties, QoS,
-    ReasonCode, RetainHandling, SubAck, Subscribe, SubscribeProperties, SubscriptionOptions, UnsubAck,
-    Unsubscribe, UnsubscribeProperties, Will, WillProperties, decode, decode_reusing,
+    AckProperties, Auth, AuthProperties, ConnAck, ConnAckProperties, Connect, ConnectProperties, Decoded,
+    Disconnect, DisconnectProperties, MAX_VAR_INT, Packet, ProtocolVersion, PubResponse, Publish,
+    PublishProperties, QoS, ReasonCode, RetainHandling, SubAck, Subscribe, SubscribeProperties,
+    SubscriptionOptions, UnsubAck, Unsubscribe, UnsubscribeProperties, Will, WillProperties, decode,
+    decode_into,
 };
 
 use ProtocolVersion::{V5, V31, V311};
@@ -536,30 +537,37 @@ proptest! {
         decode_reencode_all(&damaged, None, max);
     }
 
-    /// Decoding with the previous PUBLISH's topic at hand (as a connection does) gives what
-    /// decoding without it gives, damaged input included; a PUBLISH to that very topic shares
-    /// its text.
+    /// Decoding as a connection does (`decode_into`: a PUBLISH slot that still holds the
+    /// previous PUBLISH, the previous topic at hand) gives what `decode` gives, damaged input
+    /// included; a PUBLISH to that very topic shares its text.
     #[test]
-    fn decoding_with_the_last_topic_gives_the_same_packets(
-        (v, p) in select(vec![V31, V311, V5]).prop_flat_map(|v| (Just(v), packet(v))),
+    fn decoding_into_a_used_slot_with_the_last_topic_gives_the_same_packets(
+        (v, p, earlier) in select(vec![V31, V311, V5])
+            .prop_flat_map(|v| (Just(v), packet(v), publish(v))),
         other in arc_text(),
         same in any::<bool>(),
         edits in vec((any::<usize>(), any::<u8>()), 0..3),
         keep in any::<usize>(),
     ) {
+        prop_assume!(!matches!(p, Packet::Connect(_)));
         let last: Arc<str> = match &p {
             Packet::Publish(publish) if same => Arc::from(&*publish.topic),
             _ => other,
         };
+        let Packet::Publish(earlier) = earlier else { unreachable!("publish() makes PUBLISH packets") };
         let bytes = encode_vec(&p, v);
         for input in [bytes.clone(), damage(bytes, &edits, keep)] {
-            let version = decode_version(&p, v);
-            let plain = decode(&mut BytesMut::from(&input[..]), version, u32::MAX);
-            let reusing = decode_reusing(&mut BytesMut::from(&input[..]), version, u32::MAX, Some(&last));
-            if let Ok(Some(Packet::Publish(publish))) = &reusing {
+            let plain = decode(&mut BytesMut::from(&input[..]), Some(v), u32::MAX);
+            let mut slot = earlier.clone();
+            let into = decode_into(&mut BytesMut::from(&input[..]), v, u32::MAX, Some(&last), &mut slot);
+            let into = into.map(|d| d.map(|d| match d {
+                Decoded::Publish => Packet::Publish(slot.clone()),
+                Decoded::Other(packet) => packet,
+            }));
+            if let Ok(Some(Packet::Publish(publish))) = &into {
                 prop_assert_eq!(Arc::ptr_eq(&publish.topic, &last), *publish.topic == *last);
             }
-            prop_assert_eq!(reusing, plain);
+            prop_assert_eq!(into, plain);
         }
     }
 
