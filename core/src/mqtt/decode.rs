@@ -57,8 +57,8 @@ pub fn decode(
 }
 
 /// What [`decode_into`] decoded.
-// Not boxed: that would allocate for every other packet, to save copying one that is rare on
-// the hot path (acknowledgements are small and copied by their size).
+// Not boxed: that would allocate for every other packet, and copying a packet once costs less
+// than allocating and freeing it.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub enum Decoded {
