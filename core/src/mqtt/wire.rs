@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::error::{DecodeError, EncodeError};
 
@@ -179,11 +179,16 @@ impl Reader {
         Ok(self.data.slice(r))
     }
 
-    /// Everything up to the end (the PUBLISH payload), sharing the packet's buffer.
+    /// Everything up to the end (the PUBLISH payload), sharing the packet's buffer: the
+    /// reader's own handle on it, narrowed, rather than a new one (no reference count is
+    /// taken and dropped per message). The reader is used up and reads nothing more.
     pub(crate) fn rest(&mut self) -> Bytes {
-        let r = self.pos..self.end;
-        self.pos = self.end;
-        self.data.slice(r)
+        let mut data = std::mem::take(&mut self.data);
+        data.truncate(self.end);
+        data.advance(self.pos);
+        self.pos = 0;
+        self.end = 0;
+        data
     }
 
     /// Narrows the reader to the next `len` bytes; returns the previous end for [`Reader::widen`].
