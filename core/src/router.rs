@@ -134,6 +134,10 @@ pub struct RouteStats {
 pub struct Router {
     shards: Box<[RwLock<SubscriptionTrie<FilterSubscribers>>]>,
     wildcard: RwLock<SubscriptionTrie<FilterSubscribers>>,
+    /// How many subscriptions the wildcard shard holds: a publish skips that shard (its lock
+    /// and its walk) while there are none. Changed under the shard's write lock, before the
+    /// subscribe or unsubscribe returns.
+    wildcard_count: AtomicUsize,
     count: AtomicUsize,
     /// The cluster layer, told when a filter gains its first or loses its last subscriber;
     /// unset on a single node.
@@ -144,6 +148,16 @@ impl Default for Router {
     fn default() -> Self {
         Router::new()
     }
+}
+
+/// The first level of a filter.
+fn first_level(filter: &TopicFilter) -> &str {
+    filter.as_str().split('/').next().unwrap_or("")
+}
+
+/// Whether a filter starts with `+` or `#`: it lives in the wildcard shard.
+fn starts_with_wildcard(filter: &TopicFilter) -> bool {
+    matches!(first_level(filter), "+" | "#")
 }
 
 /// FNV-1a: a fast hash for short strings, good enough to spread first levels over shards.
@@ -162,14 +176,18 @@ impl Router {
         Router {
             shards: (0..SHARDS).map(|_| RwLock::new(SubscriptionTrie::new())).collect(),
             wildcard: RwLock::new(SubscriptionTrie::new()),
+            wildcard_count: AtomicUsize::new(0),
             count: AtomicUsize::new(0),
             interest: OnceLock::new(),
         }
     }
 
     fn shard_for_filter(&self, filter: &TopicFilter) -> &RwLock<SubscriptionTrie<FilterSubscribers>> {
-        let first = filter.as_str().split('/').next().unwrap_or("");
-        if first == "+" || first == "#" { &self.wildcard } else { &self.shards[shard_of(first)] }
+        if starts_with_wildcard(filter) {
+            &self.wildcard
+        } else {
+            &self.shards[shard_of(first_level(filter))]
+        }
     }
 
     /// How many subscriptions (filter × session, shared members included) exist.
@@ -224,6 +242,9 @@ impl Router {
         } else {
             list.push(Subscriber { session: session.clone(), options, readable });
             self.count.fetch_add(1, Ordering::Relaxed);
+            if starts_with_wildcard(filter.filter()) {
+                self.wildcard_count.fetch_add(1, Ordering::Release);
+            }
             if first_direct {
                 if let Some(interest) = self.interest.get() {
                     interest.filter_added(filter.filter());
@@ -284,6 +305,9 @@ impl Router {
             if let Some(interest) = self.interest.get() {
                 interest.filter_removed(filter.filter());
             }
+        }
+        if removed && starts_with_wildcard(filter.filter()) {
+            self.wildcard_count.fetch_sub(1, Ordering::Release);
         }
         drop(trie);
         if removed {
@@ -369,7 +393,8 @@ impl Router {
         } else {
             let first = topic.as_str().split('/').next().unwrap_or("");
             filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, groups, targets);
-            if !topic.is_dollar() {
+            // A subscribe that returned before this publish began is counted already.
+            if !topic.is_dollar() && self.wildcard_count.load(Ordering::Acquire) > 0 {
                 filters += collect(&read(&self.wildcard), topic, message.qos, groups, targets);
             }
         }
@@ -899,5 +924,41 @@ mod tests {
         assert!(r.unsubscribe(a.id(), &sub("a/b")));
         assert_eq!(r.route(&msg("a/b", QoS::AtMostOnce, None)).delivered, 0);
         assert!(r.is_empty());
+    }
+
+    /// A publish skips the wildcard shard while it holds no subscription: every way in and out
+    /// of it must be counted, or a wildcard subscriber would stop hearing anything.
+    #[test]
+    fn wildcard_subscribers_hear_publishes_through_every_change_of_the_wildcard_shard() {
+        let r = Router::new();
+        let (a, b, c, d) = (session(1), session(2), session(3), session(4));
+        let q0 = opts(QoS::AtMostOnce, None);
+        let route = |topic: &str| r.route(&msg(topic, QoS::AtMostOnce, None)).delivered;
+        r.subscribe(&d, &sub("x/y"), q0);
+        assert_eq!(route("x/y"), 1, "literal subscribers only");
+        r.subscribe(&a, &sub("#"), q0);
+        r.subscribe(&b, &sub("+/y"), q0);
+        assert_eq!(route("x/y"), 3);
+        // A replaced subscription is not a second one; unsubscribing what does not exist
+        // (again, or another session's) removes nothing.
+        r.subscribe(&a, &sub("#"), opts(QoS::AtLeastOnce, None));
+        assert!(r.unsubscribe(a.id(), &sub("#")));
+        assert!(!r.unsubscribe(a.id(), &sub("#")));
+        assert_eq!(route("x/y"), 2, "b's +/y is still there");
+        assert!(!r.unsubscribe(c.id(), &sub("+/y")));
+        assert_eq!(route("x/y"), 2);
+        // A shared group on a wildcard filter lives in the wildcard shard too.
+        r.subscribe(&c, &sub("$share/g/+/y"), q0);
+        assert!(r.unsubscribe(b.id(), &sub("+/y")));
+        assert_eq!(route("x/y"), 2, "d and the group's member");
+        assert!(r.unsubscribe(c.id(), &sub("$share/g/+/y")));
+        assert_eq!(route("x/y"), 1, "the wildcard shard is empty again");
+        r.subscribe(&a, &sub("x/#"), q0);
+        assert_eq!(route("x/y"), 2, "a literal first level is not the wildcard shard");
+        r.subscribe(&b, &sub("#"), q0);
+        assert_eq!(route("x/y"), 3, "a new wildcard subscriber after the shard was empty");
+        for s in [&a, &b, &c, &d] {
+            taken(s);
+        }
     }
 }
