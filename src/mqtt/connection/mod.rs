@@ -258,9 +258,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         let mut c = Connection::from_core(core, inbuf);
         c.write_packet(connack);
         // A resumed session first resends what was in flight, in the original order.
+        let mut resent = 0;
         for o in c.core.session.resend_inflight() {
-            c.write_outgoing(o, crate::clock::now());
+            resent += usize::from(c.write_outgoing(o, crate::clock::now()));
         }
+        c.count_sent(resent);
         c.arm_timer();
         c
     }

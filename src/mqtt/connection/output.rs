@@ -22,10 +22,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         }
     }
 
-    pub(super) fn write_outgoing(&mut self, outgoing: Outgoing, now: Instant) {
+    /// Writes what the session handed out. Returns whether it was a message that went out (to
+    /// be counted as sent, [`Connection::count_sent`], once per batch rather than per message:
+    /// the counters are shared by every connection).
+    pub(super) fn write_outgoing(&mut self, outgoing: Outgoing, now: Instant) -> bool {
         match outgoing {
             Outgoing::PubRel { packet_id } => {
-                self.write_packet(&Packet::PubRel(ack(packet_id, ReasonCode::Success)))
+                self.write_packet(&Packet::PubRel(ack(packet_id, ReasonCode::Success)));
+                false
             }
             Outgoing::Publish { delivery, packet_id, dup } => {
                 self.write_delivery(&delivery, packet_id, dup, now)
@@ -33,7 +37,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         }
     }
 
-    fn write_delivery(&mut self, delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: Instant) {
+    /// Counts `n` messages written to the client.
+    pub(super) fn count_sent(&self, n: usize) {
+        if n > 0 {
+            Stats::add(&self.core.ctx.broker.stats().messages_sent, n as u64);
+            Stats::add(&self.traffic().messages_out, n as u64);
+        }
+    }
+
+    fn write_delivery(
+        &mut self,
+        delivery: &Delivery,
+        packet_id: Option<u16>,
+        dup: bool,
+        now: Instant,
+    ) -> bool {
         let message = &delivery.message;
         let v5 = is_v5(self.core.version);
         let plain = !v5
@@ -58,8 +76,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             if let Err(e) = written {
                 tracing::error!(error = %e, "could not encode a PUBLISH");
             }
-            self.check_delivered_size(before, packet_id);
-            return;
+            return self.check_delivered_size(before, packet_id);
         }
         let mut properties = PublishProperties::default();
         let mut topic: Arc<str> = message.topic.as_arc().clone();
@@ -97,7 +114,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         self.write_packet(&publish);
         // The mapping exists only once the client has received the packet that sets it: a
         // dropped packet must not leave later ones referring to an alias the client never saw.
-        if self.check_delivered_size(before, packet_id) {
+        let stays = self.check_delivered_size(before, packet_id);
+        if stays {
             if let Some(alias) = new_alias {
                 self.core
                     .aliases
@@ -106,10 +124,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     .insert(message.topic.clone(), alias);
             }
         }
+        stays
     }
 
     /// After a PUBLISH was written from `before` on: takes it back if it is larger than the
-    /// client accepts ([MQTT-3.1.2-25]: dropped as if delivered), and counts it. Returns whether
+    /// client accepts ([MQTT-3.1.2-25]: dropped as if delivered, and counted). Returns whether
     /// it stays.
     fn check_delivered_size(&mut self, before: usize, packet_id: Option<u16>) -> bool {
         let size = self.out().len() - before;
@@ -126,8 +145,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             );
             return false;
         }
-        Stats::add(&self.core.ctx.broker.stats().messages_sent, 1);
-        Stats::add(&self.traffic().messages_out, 1);
         true
     }
 }

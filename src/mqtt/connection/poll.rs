@@ -170,9 +170,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         if stats.expired > 0 {
             self.core.ctx.broker.stats().dropped(DropReason::Expired, stats.expired as u64);
         }
+        let mut sent = 0;
         for o in batch.drain(..) {
-            self.write_outgoing(o, now);
+            sent += usize::from(self.write_outgoing(o, now));
         }
+        self.count_sent(sent);
         self.scratch = batch;
         stats.more
     }
