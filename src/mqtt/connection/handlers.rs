@@ -20,8 +20,19 @@ use crate::mqtt::checks::{self, Fields};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     /// Handles every complete packet in the input, up to a PUBLISH that must wait for the
-    /// queue budget.
+    /// queue budget, and counts the messages received.
     pub(super) fn handle_input(&mut self) -> Result<(), End> {
+        let handled = self.handle_packets();
+        // Counted once per batch: the counters are shared by every connection.
+        let received = std::mem::take(&mut self.received);
+        if received > 0 {
+            self.core.ctx.broker.count_received(received);
+            Stats::add(&self.traffic().messages_in, received);
+        }
+        handled
+    }
+
+    fn handle_packets(&mut self) -> Result<(), End> {
         // PUBLISH packets are decoded into this one slot (`mqtt::decode_into`).
         let mut publish = Publish::default();
         loop {
@@ -215,8 +226,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 message.properties = MessageProperties::from(&p.properties);
                 message = message.with_expiry_interval(p.properties.message_expiry_interval, self.now);
             }
-            let routed = broker.publish_permitted(permit, message);
-            Stats::add(&self.traffic().messages_in, 1);
+            let routed = broker.route_permitted(permit, message);
+            self.received += 1;
             self.hold_until(routed.durable_seq);
             self.hold_until_stored(routed.stored_seq);
             self.routed |= routed.delivered > 0;

@@ -198,6 +198,8 @@ pub(crate) struct Connection<S> {
     now: Instant,
     /// Whether this poll routed a message to someone (see `poll_run`).
     routed: bool,
+    /// Messages received by the `handle_input` under way, counted when it ends.
+    received: u64,
     timer: Option<Pin<Box<Sleep>>>,
     inbuf: BytesMut,
     /// The topic of the last PUBLISH received, checked: the next PUBLISH to the same topic
@@ -279,6 +281,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             ended: None,
             now,
             routed: false,
+            received: 0,
             timer: None,
             inbuf,
             last_topic: None,
