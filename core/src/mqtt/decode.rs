@@ -6,8 +6,6 @@
 //! oversized packet. The body is parsed from a frozen slice of the buffer: binary fields and the
 //! PUBLISH payload share it instead of being copied.
 
-use std::sync::Arc;
-
 use bytes::BytesMut;
 
 use super::error::DecodeError;
@@ -69,26 +67,24 @@ pub enum Decoded {
 }
 
 /// [`decode`] for a connection past CONNECT, on its hot path. A PUBLISH is decoded into
-/// `publish` (whatever it held is replaced) rather than returned: a `Packet` is some 370 bytes,
-/// and returning one PUBLISH after another copied it out of each layer of the decoder (5 % of
-/// the broker's time in a 1:1 QoS 0 profile). And a PUBLISH whose topic has the bytes of
-/// `last_topic`, the previous PUBLISH's topic on the connection, gets a clone of it instead of
-/// a new `Arc<str>`: devices and publishers mostly send to one topic over and over, and
-/// sharing it saves an allocation, a UTF-8 check and a copy per message, and a free when the
-/// message is done. Every other result is [`decode`]'s.
+/// `publish`, replacing what it held, rather than returned: a `Packet` is some 370 bytes, and
+/// returning one PUBLISH after another copied it out of each layer of the decoder (5 % of the
+/// broker's time in a 1:1 QoS 0 profile). And a PUBLISH to the topic `publish` already holds
+/// (the connection's previous one: devices and publishers mostly send to one topic over and
+/// over) keeps that `Arc<str>`: no allocation, copy, UTF-8 check or reference count per
+/// message. Every other result is [`decode`]'s.
 #[inline(always)]
 pub fn decode_into(
     buf: &mut BytesMut,
     version: ProtocolVersion,
     max_packet_size: u32,
-    last_topic: Option<&Arc<str>>,
     publish: &mut Publish,
 ) -> Result<Option<Decoded>, DecodeError> {
     let Some((packet_type, flags, mut r)) = frame(buf, Some(version), max_packet_size)? else {
         return Ok(None);
     };
     let decoded = if packet_type == PacketType::Publish {
-        publish_into(flags, version, &mut r, last_topic, publish)?;
+        publish_into(flags, version, &mut r, publish)?;
         Decoded::Publish
     } else {
         Decoded::Other(body(packet_type, flags, version, &mut r)?)
@@ -182,7 +178,7 @@ fn body(
         T::ConnAck => Packet::ConnAck(connack(v, r)?),
         T::Publish => {
             let mut publish = Publish::default();
-            publish_into(flags, v, r, None, &mut publish)?;
+            publish_into(flags, v, r, &mut publish)?;
             Packet::Publish(publish)
         }
         T::PubAck => Packet::PubAck(pub_response(T::PubAck, v, r)?),
@@ -286,22 +282,14 @@ fn connack(v: ProtocolVersion, r: &mut Reader) -> Result<ConnAck, DecodeError> {
     Ok(ConnAck { session_present, reason_code, properties })
 }
 
-/// Decodes a PUBLISH into `out`, replacing all of it; with `last_topic`, see [`decode_into`].
+/// Decodes a PUBLISH into `out`, replacing all of it; a topic with the bytes of the one `out`
+/// holds keeps it (see [`decode_into`]).
 #[inline(always)]
-fn publish_into(
-    flags: u8,
-    v: ProtocolVersion,
-    r: &mut Reader,
-    last_topic: Option<&Arc<str>>,
-    out: &mut Publish,
-) -> Result<(), DecodeError> {
+fn publish_into(flags: u8, v: ProtocolVersion, r: &mut Reader, out: &mut Publish) -> Result<(), DecodeError> {
     out.dup = flags & 0b1000 != 0;
     out.qos = QoS::try_from((flags >> 1) & 0b11)?;
     out.retain = flags & 0b0001 != 0;
-    out.topic = match last_topic {
-        Some(last) => r.string_or_same(last)?,
-        None => r.string()?,
-    };
+    r.string_into(&mut out.topic)?;
     out.packet_id = if out.qos > QoS::AtMostOnce { Some(r.packet_id()?) } else { None };
     out.properties = PublishProperties::default();
     if v.is_v5() {

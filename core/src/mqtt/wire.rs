@@ -150,14 +150,16 @@ impl Reader {
         utf8_string(self.prefixed()?)
     }
 
-    /// A string that is `same` when its bytes are `same`'s: a clone of it, neither copied nor
-    /// checked for UTF-8 again (a `str` is UTF-8 already). U+0000 is refused all the same.
-    pub(crate) fn string_or_same(&mut self, same: &Arc<str>) -> Result<Arc<str>, DecodeError> {
+    /// A string into `held`: left as it is when it has the same bytes (neither copied nor
+    /// checked for UTF-8 again, a `str` being UTF-8 already), replaced otherwise. U+0000 is
+    /// refused either way.
+    pub(crate) fn string_into(&mut self, held: &mut Arc<str>) -> Result<(), DecodeError> {
         let raw = self.prefixed()?;
-        if raw == same.as_bytes() && !raw.contains(&0) {
-            return Ok(Arc::clone(same));
+        if raw == held.as_bytes() && !raw.contains(&0) {
+            return Ok(());
         }
-        utf8_string(raw).map(Arc::from)
+        *held = utf8_string(raw).map(Arc::from)?;
+        Ok(())
     }
 
     /// A string converted to the owner type the packet model uses (`String` or `Arc<str>`).

@@ -33,8 +33,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
     }
 
     fn handle_packets(&mut self) -> Result<(), End> {
-        // PUBLISH packets are decoded into this one slot (`mqtt::decode_into`).
+        // PUBLISH packets are decoded into this one slot (`mqtt::decode_into`); holding the last
+        // topic, it keeps that topic for the next PUBLISH to it.
         let mut publish = Publish::default();
+        if let Some(last) = &self.last_topic {
+            publish.topic = last.as_arc().clone();
+        }
         loop {
             if self.publish_must_wait() {
                 return Ok(());
@@ -43,7 +47,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 &mut self.inbuf,
                 self.core.version,
                 self.core.ctx.mqtt.max_packet_size,
-                self.last_topic.as_ref().map(TopicName::as_arc),
                 &mut publish,
             );
             match decoded {
@@ -148,7 +151,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                     }
                 }
             }
-            // The decoder shared the last topic's text: it was checked then.
+            // The decoder kept the last topic's text: it was checked then.
             _ => match &self.last_topic {
                 Some(last) if Arc::ptr_eq(last.as_arc(), topic) => last.clone(),
                 _ => {
@@ -197,8 +200,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
             self.ack_publish(p.qos, packet_id, ReasonCode::PayloadFormatInvalid);
             return Ok(());
         }
-        let broker = self.core.ctx.broker.clone();
-        let permit = match broker.authorize_publish(&self.core.acl, &topic) {
+        let permit = match self.core.ctx.broker.authorize_publish(&self.core.acl, &topic) {
             Ok(permit) => permit,
             Err(refused) => {
                 tracing::debug!(topic = topic.as_str(), reason = %refused, "publish refused");
@@ -212,8 +214,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 return Ok(());
             }
         };
-        // The packet id and the copies routing queues go to disk together (see `Atomic`).
-        let _atomic = (p.qos == QoS::ExactlyOnce).then(|| Atomic::begin(broker.journal()));
+        // The packet id and the copies routing queues go to disk together (see `Atomic`). The
+        // journal has a reference of its own here, held across `accept_qos2` (QoS 2 only: a
+        // reference count is two atomic operations per message).
+        let journal = (p.qos == QoS::ExactlyOnce).then(|| self.core.ctx.broker.journal().cloned()).flatten();
+        let _atomic = Atomic::begin(journal.as_ref());
         let first_time = p.qos != QoS::ExactlyOnce
             || self.accept_qos2(packet_id, digest(topic.as_str(), &p.payload), p.dup)?;
         let mut reason = ReasonCode::Success;
@@ -226,7 +231,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 message.properties = MessageProperties::from(&p.properties);
                 message = message.with_expiry_interval(p.properties.message_expiry_interval, self.now);
             }
-            let routed = broker.route_permitted(permit, message);
+            let routed = self.core.ctx.broker.route_permitted(permit, message);
             self.received += 1;
             self.hold_until(routed.durable_seq);
             self.hold_until_stored(routed.stored_seq);
@@ -235,7 +240,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
                 self.log_budget_drop();
             }
             if let (true, Some(topic)) = (routed.retain_refused, &retained_topic) {
-                self.core.ctx.limits.log_retained_refused(topic.as_str(), broker.retained(), self.now);
+                let ctx = &self.core.ctx;
+                ctx.limits.log_retained_refused(topic.as_str(), ctx.broker.retained(), self.now);
             }
             if v5 && routed.delivered == 0 && p.qos != QoS::AtMostOnce {
                 reason = ReasonCode::NoMatchingSubscribers;

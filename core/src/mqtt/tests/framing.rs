@@ -154,30 +154,30 @@ fn a_wrong_first_byte_is_refused_before_the_length_arrives() {
 }
 
 #[test]
-fn a_publish_to_the_last_topic_shares_it_and_any_other_is_checked_as_ever() {
-    let reusing = |bytes: &[u8], last: &Arc<str>| {
-        let mut slot = Publish::default();
-        crate::mqtt::decode_into(&mut BytesMut::from(bytes), V311, u32::MAX, Some(last), &mut slot)
+fn a_publish_to_the_topic_the_slot_holds_keeps_it_and_any_other_is_checked_as_ever() {
+    let into = |bytes: &[u8], held: &Arc<str>| {
+        let mut slot = Publish { topic: held.clone(), ..Publish::default() };
+        crate::mqtt::decode_into(&mut BytesMut::from(bytes), V311, u32::MAX, &mut slot)
             .map(|d| d.map(|d| if d == Decoded::Publish { Packet::Publish(slot) } else { panic!("{d:?}") }))
     };
     let topic_of = |packet: Result<Option<Packet>, DecodeError>| match packet {
         Ok(Some(Packet::Publish(p))) => p.topic,
         other => panic!("not a PUBLISH: {other:?}"),
     };
-    let last: Arc<str> = Arc::from("a/b");
+    let held: Arc<str> = Arc::from("a/b");
     // PUBLISH QoS 0, topic "a/b", payload "x".
     let same = [0x30, 0x06, 0x00, 0x03, b'a', b'/', b'b', b'x'];
-    assert!(Arc::ptr_eq(&topic_of(reusing(&same, &last)), &last));
+    assert!(Arc::ptr_eq(&topic_of(into(&same, &held)), &held));
     // Another topic of the same length is a new string.
     let other = [0x30, 0x06, 0x00, 0x03, b'a', b'/', b'c', b'x'];
-    let topic = topic_of(reusing(&other, &last));
+    let topic = topic_of(into(&other, &held));
     assert_eq!(&*topic, "a/c");
-    assert!(!Arc::ptr_eq(&topic, &last));
-    // A topic that is not UTF-8 is refused, whatever the last topic was.
+    assert!(!Arc::ptr_eq(&topic, &held));
+    // A topic that is not UTF-8 is refused, whatever the slot held.
     let broken = [0x30, 0x06, 0x00, 0x03, b'a', 0xFF, b'b', b'x'];
-    assert_eq!(reusing(&broken, &last), Err(DecodeError::InvalidUtf8));
-    // U+0000 is refused even when the last topic holds the very same bytes.
+    assert_eq!(into(&broken, &held), Err(DecodeError::InvalidUtf8));
+    // U+0000 is refused even when the slot holds the very same bytes.
     let with_nul: Arc<str> = Arc::from("a\0b");
     let nul = [0x30, 0x06, 0x00, 0x03, b'a', 0x00, b'b', b'x'];
-    assert_eq!(reusing(&nul, &with_nul), Err(DecodeError::NulInString));
+    assert_eq!(into(&nul, &with_nul), Err(DecodeError::NulInString));
 }
