@@ -542,3 +542,50 @@ async fn a_qos2_resend_without_dup_is_not_routed_twice_but_a_reused_id_is_new() 
     sub.send(&packet(0xC0, &[])).await;
     assert!(matches!(sub.recv().await, Some(Packet::PingResp)), "nothing else was delivered");
 }
+
+/// A connection keeps the last topic it checked and shares it with the next PUBLISH of the same
+/// bytes (`mqtt::decode_into`): through topic aliases, across reads, and never in place of the
+/// checks for a topic that differs.
+#[tokio::test]
+async fn a_publisher_s_repeated_topic_is_shared_through_aliases_and_reads_and_others_are_checked() {
+    let server = TestServer::start("[limits]\nmax_topic_alias = 4\n").await;
+    let mut watcher = Raw::connected(server.addr, V5, "watcher").await;
+    watcher.send(&subscribe(1, "t/#", 0, true)).await;
+    assert!(matches!(watcher.recv().await, Some(Packet::SubAck(_))));
+    let with_alias =
+        |topic: &str, payload: &[u8]| publish_packet(topic, 0, None, false, Some(&[0x23, 0, 1]), payload);
+    let mut publisher = Raw::connected(server.addr, V5, "publisher").await;
+    // One write, so one batch of input: the same topic twice, a topic that sets alias 1, the
+    // alias alone, the first topic again.
+    let batch = [
+        publish("t/a", 0, None, b"1", true),
+        publish("t/a", 0, None, b"2", true),
+        with_alias("t/b", b"3"),
+        with_alias("", b"4"),
+        publish("t/a", 0, None, b"5", true),
+    ]
+    .concat();
+    publisher.send(&batch).await;
+    let mut seen = Vec::new();
+    while seen.len() < 5 {
+        match watcher.recv().await {
+            Some(Packet::Publish(p)) => seen.push((p.topic.to_string(), p.payload.to_vec())),
+            other => panic!("expected a PUBLISH, got {other:?}"),
+        }
+    }
+    // The next read starts from the topic the last one ended with; then a wildcard topic is
+    // refused as ever.
+    publisher.send(&publish("t/a", 0, None, b"6", true)).await;
+    match watcher.recv().await {
+        Some(Packet::Publish(p)) => seen.push((p.topic.to_string(), p.payload.to_vec())),
+        other => panic!("expected a PUBLISH, got {other:?}"),
+    }
+    let expected: Vec<(String, Vec<u8>)> =
+        [("t/a", "1"), ("t/a", "2"), ("t/b", "3"), ("t/b", "4"), ("t/a", "5"), ("t/a", "6")]
+            .iter()
+            .map(|(t, p)| (t.to_string(), p.as_bytes().to_vec()))
+            .collect();
+    assert_eq!(seen, expected);
+    publisher.send(&publish("t/+", 0, None, b"7", true)).await;
+    assert_eq!(disconnect_reason(&mut publisher).await, Some(ReasonCode::TopicNameInvalid));
+}
