@@ -3,7 +3,9 @@
 //!
 //! Decoding reuses one receive buffer the way a connection does: the packet's bytes are appended
 //! (standing in for the socket read) and decoded off the front. Encoding appends to a send buffer
-//! that is cleared between iterations. Run with `cargo bench -p mesgd-core --bench codec`.
+//! that is cleared between iterations. `decode_into` decodes PUBLISH the way a connection does,
+//! into one slot that already holds the previous PUBLISH to the same topic. Run with
+//! `cargo bench -p mesgd-core --bench codec`.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use mesgd_core::mqtt::{
     Auth, ConnAck, Connect, ConnectProperties, Disconnect, Packet, ProtocolVersion, PubResponse, Publish,
     PublishProperties, QoS, ReasonCode, SubAck, Subscribe, SubscribeProperties, SubscriptionOptions,
-    UnsubAck, Unsubscribe, decode, encode,
+    UnsubAck, Unsubscribe, decode, decode_into, encode,
 };
 
 /// A typical telemetry message: a three-level topic and a 32-byte payload.
@@ -141,6 +143,25 @@ fn bench_decode(c: &mut Criterion) {
     group.finish();
 }
 
+fn bench_decode_into(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decode_into");
+    for (name, version, packet) in cases() {
+        let Packet::Publish(first) = &packet else { continue };
+        let mut wire = BytesMut::new();
+        encode(&packet, version, &mut wire).unwrap();
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut slot = first.clone();
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                buf.extend_from_slice(&wire);
+                black_box(decode_into(&mut buf, version, u32::MAX, &mut slot).unwrap().unwrap());
+                black_box(&slot);
+            })
+        });
+    }
+    group.finish();
+}
+
 fn bench_encode(c: &mut Criterion) {
     let mut group = c.benchmark_group("encode");
     for (name, version, packet) in cases() {
@@ -159,6 +180,6 @@ fn bench_encode(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = bench_decode, bench_encode
+    targets = bench_decode, bench_decode_into, bench_encode
 }
 criterion_main!(benches);
