@@ -150,14 +150,14 @@ impl Default for Router {
     }
 }
 
-/// The first level of a filter.
-fn first_level(filter: &TopicFilter) -> &str {
-    filter.as_str().split('/').next().unwrap_or("")
+/// The first level of a topic or filter: what picks its shard.
+fn first_level(text: &str) -> &str {
+    text.split('/').next().unwrap_or("")
 }
 
 /// Whether a filter starts with `+` or `#`: it lives in the wildcard shard.
 fn starts_with_wildcard(filter: &TopicFilter) -> bool {
-    matches!(first_level(filter), "+" | "#")
+    matches!(first_level(filter.as_str()), "+" | "#")
 }
 
 /// FNV-1a: a fast hash for short strings, good enough to spread first levels over shards.
@@ -186,7 +186,7 @@ impl Router {
         if starts_with_wildcard(filter) {
             &self.wildcard
         } else {
-            &self.shards[shard_of(first_level(filter))]
+            &self.shards[shard_of(first_level(filter.as_str()))]
         }
     }
 
@@ -391,8 +391,8 @@ impl Router {
                 targets.push(target(m, message.qos, Some(route)));
             }
         } else {
-            let first = topic.as_str().split('/').next().unwrap_or("");
-            filters = collect(&read(&self.shards[shard_of(first)]), topic, message.qos, groups, targets);
+            let shard = &self.shards[shard_of(first_level(topic.as_str()))];
+            filters = collect(&read(shard), topic, message.qos, groups, targets);
             // A subscribe that returned before this publish began is counted already.
             if !topic.is_dollar() && self.wildcard_count.load(Ordering::Acquire) > 0 {
                 filters += collect(&read(&self.wildcard), topic, message.qos, groups, targets);

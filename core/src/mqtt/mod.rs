@@ -1,10 +1,10 @@
 //! The sans-I/O MQTT 3.1 / 3.1.1 / 5.0 codec.
 //!
 //! [`decode`] turns the front of a receive buffer into a [`Packet`] (or says it needs more
-//! bytes), and [`decode_into`] does the same for a connection's hot path, decoding a PUBLISH into
-//! a slot the caller reuses; [`encode`] appends a packet's bytes to a send buffer. Neither touches a socket or a
-//! clock, so front ends over TCP, TLS and WebSocket share them, and they can be fuzzed and
-//! property-tested on their own.
+//! bytes), and [`decode_into`] does the same for a connection's hot path, decoding a PUBLISH
+//! into a slot the caller reuses; [`encode`] appends a packet's bytes to a send buffer. Neither
+//! touches a socket or a clock, so front ends over TCP, TLS and WebSocket share them, and they
+//! can be fuzzed and property-tested on their own.
 //!
 //! The codec enforces everything a packet says about itself: framing, fixed header flags, string
 //! and integer encodings, which properties and reason codes a packet may carry, and the value
