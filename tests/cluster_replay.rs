@@ -49,7 +49,8 @@ struct Received {
 
 impl Received {
     /// Handles one packet: acknowledges it as the protocol asks and counts what it gives.
-    /// Returns false when the connection closed.
+    /// Returns false when the connection closed, also when it closes under the answer (a node
+    /// killed between its PUBLISH and our acknowledgement resets the socket).
     async fn on(&mut self, raw: &mut Raw, next: Option<Packet>) -> bool {
         match next {
             Some(Packet::Publish(p)) => {
@@ -61,25 +62,24 @@ impl Received {
                         if self.awaiting_release.insert(id) {
                             *self.given.entry(payload).or_default() += 1;
                         }
-                        raw.send(&packet(0x50, &id.to_be_bytes())).await;
+                        raw.try_send(&packet(0x50, &id.to_be_bytes())).await
                     }
                     QoS::AtLeastOnce => {
                         *self.given.entry(payload).or_default() += 1;
-                        raw.send(&packet(0x40, &id.to_be_bytes())).await;
+                        raw.try_send(&packet(0x40, &id.to_be_bytes())).await
                     }
                     QoS::AtMostOnce => panic!("a QoS 0 delivery on a QoS 1/2 subscription: {p:?}"),
                 }
             }
             Some(Packet::PubRel(r)) => {
                 self.awaiting_release.remove(&r.packet_id);
-                raw.send(&packet(0x70, &r.packet_id.to_be_bytes())).await;
+                raw.try_send(&packet(0x70, &r.packet_id.to_be_bytes())).await
             }
             // Taken over (MQTT 5 0x8E): the node closes the connection next.
-            Some(Packet::Disconnect(d)) if d.reason_code == ReasonCode::SessionTakenOver => return false,
+            Some(Packet::Disconnect(d)) if d.reason_code == ReasonCode::SessionTakenOver => false,
             Some(other) => panic!("unexpected {other:?}"),
-            None => return false,
+            None => false,
         }
-        true
     }
 
     fn has_all(&self, payloads: &[String]) -> bool {

@@ -378,6 +378,12 @@ impl Raw {
         self.stream.write_all(bytes).await.expect("write");
     }
 
+    /// Writes `bytes`; false when the server has gone (the write failed), for a client that
+    /// answers a server that may be killed at any moment.
+    pub async fn try_send(&mut self, bytes: &[u8]) -> bool {
+        self.stream.write_all(bytes).await.is_ok()
+    }
+
     /// The next packet, or `None` when the server closed the connection.
     pub async fn recv(&mut self) -> Option<Packet> {
         within("a packet from the server", async {
