@@ -32,6 +32,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<S> {
         // so a reconnect storm of a fleet reuses a few task cells instead of holding one each.
         self.park_due = self.park_idle.is_some();
         self.just_connected = true;
+        if self.park_due {
+            // So its socket, if still in no reactor, waits for the client's next bytes where a
+            // parked connection's does.
+            self.core.wait_in_idle_watch();
+        }
         self.arm_timer();
     }
 
@@ -106,6 +111,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Core<S> {
         };
         if let Some(watch) = self.ctx.parking.idle_watch() {
             socket.leave_reactor(watch, cx.waker());
+        }
+    }
+
+    /// Lets a plain TCP socket still in no reactor (just accepted) wait for bytes in the
+    /// server's watch of idle sockets (see [`ParkableTcp::wait_in`]).
+    fn wait_in_idle_watch(&mut self) {
+        let Some(socket) = (&mut self.stream as &mut dyn std::any::Any).downcast_mut::<ParkableTcp>() else {
+            return;
+        };
+        if let Some(watch) = self.ctx.parking.idle_watch() {
+            socket.wait_in(watch);
         }
     }
 }
