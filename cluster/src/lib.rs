@@ -441,7 +441,9 @@ impl Cluster {
             logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas, self.patience())
                 .await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
-        let task = logins::start(self.js.clone(), stream, sessions, self.stats.clone(), wait).await?;
+        let task =
+            logins::start(self.js.clone(), stream, sessions, self.stats.clone(), wait, self.patience())
+                .await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
     }

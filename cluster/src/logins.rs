@@ -33,7 +33,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::StartError;
+use crate::backoff::Backoff;
 use crate::stats::ClusterStats;
+use crate::streams::{FIRST_PAUSE, MAX_PAUSE};
 
 /// The subjects' prefix.
 const PREFIX: &str = "mesgd.logins";
@@ -74,8 +76,9 @@ pub(crate) async fn stream(
     crate::streams::get_or_create(js, config, patience).await.map_err(StartError::Logins)
 }
 
-/// Makes this node use the cluster's key, applies the ended sessions the stream holds (waiting
-/// at most `load_timeout` for them), publishes those only this node knows, and then keeps both
+/// Makes this node use the cluster's key (asking JetStream again for up to `patience` while it
+/// does not answer), applies the ended sessions the stream holds (waiting at most
+/// `load_timeout` for them), publishes those only this node knows, and then keeps both
 /// in step until the node stops.
 pub(crate) async fn start(
     js: Context,
@@ -83,8 +86,9 @@ pub(crate) async fn start(
     sessions: Arc<Sessions>,
     stats: Arc<ClusterStats>,
     load_timeout: Duration,
+    patience: Duration,
 ) -> Result<JoinHandle<()>, StartError> {
-    agree_on_key(&js, &stream, &sessions, &stats).await?;
+    agree_on_key(&js, &stream, &sessions, &stats, patience).await?;
     let config = consumer::pull::OrderedConfig {
         filter_subject: format!("{REVOKED_PREFIX}>"),
         deliver_policy: consumer::DeliverPolicy::All,
@@ -117,16 +121,26 @@ pub(crate) async fn start(
 }
 
 /// Reads the cluster's key and adopts it, or stores this node's own when there is none.
+///
+/// JetStream may not answer in time while the NATS cluster is starting or loaded (the stream
+/// was just created, or just found without a leader's answer yet): such a read or store is tried
+/// again, with growing pauses, for up to `patience` (`jetstream_ready_timeout_ms`), as the
+/// creation of the stream is, so that a node started with its NATS servers waits for them
+/// instead of exiting.
 async fn agree_on_key(
     js: &Context,
     stream: &stream::Stream,
     sessions: &Arc<Sessions>,
     stats: &ClusterStats,
+    patience: Duration,
 ) -> Result<(), StartError> {
     let error = |why: String| StartError::Logins(why);
-    // Twice at most: a node that loses the race to store its key reads the winner's.
-    for _ in 0..2 {
-        match stream.get_last_raw_message_by_subject(KEY_SUBJECT).await {
+    let mut backoff = Backoff::new(patience, FIRST_PAUSE, MAX_PAUSE);
+    // A node that loses the race to store its key reads the winner's; once, as the key is
+    // never replaced.
+    let mut lost_race = false;
+    loop {
+        let unanswered = match stream.get_last_raw_message_by_subject(KEY_SUBJECT).await {
             Ok(message) => {
                 let key = std::str::from_utf8(&message.payload)
                     .ok()
@@ -161,16 +175,49 @@ async fn agree_on_key(
                 };
                 match tokio::time::timeout(REQUEST_TIMEOUT, stored).await {
                     Ok(Ok(_)) => return Ok(()),
-                    // Another node stored its key first: read it.
-                    Ok(Err(e)) if e.contains("wrong last sequence") => continue,
+                    // Another node stored its key first (or this node did, in an attempt whose
+                    // answer timed out): read it.
+                    Ok(Err(e)) if e.contains("wrong last sequence") => {
+                        if std::mem::replace(&mut lost_race, true) {
+                            return Err(error(
+                                "the login key changed while this node was reading it".to_owned(),
+                            ));
+                        }
+                        continue;
+                    }
+                    Ok(Err(e)) if e.contains("timed out") => format!("storing the login key timed out: {e}"),
                     Ok(Err(e)) => return Err(error(format!("cannot store the login key: {e}"))),
-                    Err(_) => return Err(error("storing the login key timed out".to_owned())),
+                    Err(_) => "storing the login key timed out".to_owned(),
                 }
             }
+            Err(e) if not_answered(&e) => format!("cannot read the login key: {e}"),
             Err(e) => return Err(error(format!("cannot read the login key: {e}"))),
-        }
+        };
+        let Some(pause) = backoff.next_pause() else {
+            return Err(error(format!("{unanswered} (for jetstream_ready_timeout_ms)")));
+        };
+        tracing::warn!(
+            error = %unanswered,
+            retry_in_ms = pause.as_millis() as u64,
+            "cluster: JetStream did not answer for the login key; trying again until jetstream_ready_timeout_ms"
+        );
+        tokio::time::sleep(pause).await;
     }
-    Err(error("the login key changed while this node was reading it".to_owned()))
+}
+
+/// Whether a read of the key failed for want of an answer in time (JetStream starting or
+/// loaded), which passes, rather than for an answer that will not change.
+fn not_answered(e: &stream::LastRawMessageError) -> bool {
+    use async_nats::jetstream::context::{RequestError, RequestErrorKind};
+    match e.kind() {
+        LastRawMessageErrorKind::Other => std::error::Error::source(e)
+            .and_then(|source| source.downcast_ref::<RequestError>())
+            .is_some_and(|request| request.kind() == RequestErrorKind::TimedOut),
+        LastRawMessageErrorKind::JetStream(e) => {
+            e.error_code() == jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+        }
+        _ => false,
+    }
 }
 
 /// The jti of an ended session's subject, if it is one a session could carry.
@@ -310,5 +357,29 @@ mod tests {
             assert_eq!(jti_of(bad), None, "{bad}");
         }
         assert_eq!(jti_of(&format!("{REVOKED_PREFIX}{}", "a".repeat(65))), None);
+    }
+
+    /// A read of the key is asked again only when JetStream gave no answer in time, the way
+    /// async-nats reports it (a request error of kind `TimedOut` under `Other`), or answered that
+    /// it is not available yet; an answer that will not change ends the start.
+    #[test]
+    fn only_an_unanswered_read_of_the_key_is_asked_again() {
+        use async_nats::jetstream::context::{RequestError, RequestErrorKind};
+        use stream::LastRawMessageError;
+        let unanswered = LastRawMessageError::with_source(
+            LastRawMessageErrorKind::Other,
+            RequestError::new(RequestErrorKind::TimedOut),
+        );
+        assert!(not_answered(&unanswered), "{unanswered}");
+        for refused in [
+            LastRawMessageError::with_source(
+                LastRawMessageErrorKind::Other,
+                RequestError::new(RequestErrorKind::NoResponders),
+            ),
+            LastRawMessageError::new(LastRawMessageErrorKind::Other),
+            LastRawMessageError::new(LastRawMessageErrorKind::InvalidSubject),
+        ] {
+            assert!(!not_answered(&refused), "{refused}");
+        }
     }
 }

@@ -75,8 +75,8 @@ async fn led(mut stream: stream::Stream, name: &str, mut backoff: Backoff) -> Re
 }
 
 /// The first pause after a refusal, and the longest.
-const FIRST_PAUSE: Duration = Duration::from_millis(100);
-const MAX_PAUSE: Duration = Duration::from_secs(2);
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// Whether JetStream refused for a reason that passes once a starting cluster has its leaders:
 /// no answer in time, "temporarily unavailable" (10008), or no peers known yet for the replicas
