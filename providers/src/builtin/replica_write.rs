@@ -228,7 +228,17 @@ mod tests {
         let command = Store::open(&dir.path().join("config.db")).unwrap();
         let adder = std::thread::spawn(move || {
             for i in 0..RULES {
-                command.add_rule("ann", Rule::new(format!("r/{i}"), Permission::Read), None).unwrap();
+                // The replicator below writes as fast as it can, which on a loaded machine can
+                // keep the file's lock from this connection past its busy timeout: the command
+                // then fails, having added nothing, and is run again, as its user would.
+                loop {
+                    match command.add_rule("ann", Rule::new(format!("r/{i}"), Permission::Read), None) {
+                        Ok(_) => break,
+                        Err(StoreError::Database { source, .. })
+                            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
             }
         });
         let mut base = ann(&store);
