@@ -237,10 +237,13 @@ impl ParkableTcp {
 
     /// The stream in tokio's reactor, put there first if it is fresh or watched.
     fn live(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
-        match std::mem::replace(&mut self.state, State::Lost) {
-            State::Fresh(fresh) => self.state = into_reactor(fresh.stream),
-            State::Watched(watched) => self.state = into_reactor(watched.into_std()),
-            other => self.state = other,
+        // Checked first: this is every read and write of a busy connection.
+        if !matches!(self.state, State::Live(_)) {
+            match std::mem::replace(&mut self.state, State::Lost) {
+                State::Fresh(fresh) => self.state = into_reactor(fresh.stream),
+                State::Watched(watched) => self.state = into_reactor(watched.into_std()),
+                other => self.state = other,
+            }
         }
         match &mut self.state {
             State::Live(stream) => Ok(stream),
