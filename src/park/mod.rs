@@ -20,7 +20,8 @@
 //!
 //! - this file: the lots, their tasks and the per-connection wakers.
 //! - [`socket`]: a plain TCP socket that waits outside tokio's reactor while its connection is
-//!   parked ([`ParkableTcp`]), in the server's one [`IdleWatch`].
+//!   parked ([`ParkableTcp`]), in the server's one [`IdleWatch`], and that enters no reactor
+//!   after its accept until it has to wait.
 
 mod socket;
 
