@@ -235,7 +235,7 @@ impl Server {
         );
         ctx.metrics.register(
             "mesgd_mqtt_parked_sockets_watched",
-            "Parked MQTT connections whose TCP socket waits outside the async runtime's reactor",
+            "Parked MQTT connections (and ones about to park) whose TCP socket waits outside the async runtime's reactor",
             ctx.parking.sockets_watched_gauge(),
         );
         if let Some(directory) = ctx.services.get::<mesgd_providers::builtin::UserDirectory>() {
