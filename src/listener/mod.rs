@@ -254,7 +254,7 @@ async fn accept(
             let (stream, peer) = accepted?;
             let stream = std::net::TcpStream::from(stream);
             #[cfg(not(target_os = "linux"))]
-            stream.set_nodelay(true)?;
+            let _ = stream.set_nodelay(true);
             return Ok((stream, peer));
         }
     }
