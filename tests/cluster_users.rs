@@ -403,3 +403,38 @@ async fn roles_changed_back_to_back_on_one_node_all_reach_every_node() {
     let applied_on_a = counted(&a, |s| &s.users_applied);
     assert_eq!(applied_on_a, 0, "a wrote its own older states back into its store");
 }
+
+/// The users stream deleted while the nodes run (an operator's `nats stream rm`, or NATS's
+/// storage lost): the nodes notice at their next check, create it again and put their users
+/// back, so that a node that joins afterwards gets them, and changes made afterwards reach
+/// every node as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_users_stream_is_created_again_and_filled_from_the_nodes() {
+    let (nats, store_a, store_b, a, b) = two_nodes().await;
+    store_a.add_user("fay", "fay-secret").await;
+    store_a.add_rule("fay", "t/#", "readwrite").await;
+    applied(&b, "fay", Instant::now(), |r| r.is_some_and(|r| r.rules.len() == 1)).await;
+
+    nats.delete_stream("MESGD_USERS").await;
+    common::within("both nodes to follow a new users stream", async {
+        while counted(&a, |s| &s.users_rejoins) == 0 || counted(&b, |s| &s.users_rejoins) == 0 {
+            // Polled: a counter has no notification (the nodes check every 5 s).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+
+    // A node with an empty store joins after the deletion: the users are in the stream again.
+    let store_late = Storage::new();
+    let late = node(&store_late, &nats, "late").await;
+    applied(&late, "fay", Instant::now(), |r| r.is_some_and(|r| r.rules.len() == 1)).await;
+    let (_, code) = login(&late, "fay-late", "fay", b"fay-secret").await;
+    assert_eq!(code, ReasonCode::Success, "the late node has fay's password from the new stream");
+
+    // And replication goes on both ways: a user added on b reaches a and the late node.
+    store_b.add_user("gus", "gus-secret").await;
+    applied(&a, "gus", Instant::now(), |r| r.is_some()).await;
+    applied(&late, "gus", Instant::now(), |r| r.is_some()).await;
+    assert!(directory(&a).records().contains_key("fay"), "a kept fay through the deletion");
+    assert!(directory(&b).records().contains_key("fay"), "b kept fay through the deletion");
+}

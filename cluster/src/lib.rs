@@ -421,11 +421,10 @@ impl Cluster {
         &self,
         directory: Arc<mesgd_providers::builtin::UserDirectory>,
     ) -> Result<(), StartError> {
-        let stream =
-            users::stream(&self.js, &self.config.users_stream, self.config.users_replicas, self.patience())
-                .await?;
+        let config = users::stream_config(&self.config.users_stream, self.config.users_replicas);
+        let stream = users::stream(&self.js, config.clone(), self.patience()).await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
-        let task = users::start(self.js.clone(), &stream, directory, self.stats.clone(), wait).await?;
+        let task = users::start(self.js.clone(), stream, config, directory, self.stats.clone(), wait).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
     }

@@ -90,6 +90,9 @@ pub struct ClusterStats {
     pub users_invalid: AtomicU64,
     /// Users whose name is too long for a subject: kept on this node only.
     pub users_unreplicable: AtomicU64,
+    /// Times this node found the users stream replaced by a new one (deleted and created
+    /// again, or lost with NATS's storage) and joined it, publishing its records again.
+    pub users_rejoins: AtomicU64,
     /// Times this node adopted the cluster's login-session key (0 or 1 per start).
     pub logins_key_adopted: AtomicU64,
     /// Logouts of this node stored in the logins stream.
@@ -422,6 +425,12 @@ impl ClusterStats {
                 "Users whose name is too long for a subject (this node only)",
                 Counter,
                 get(&self.users_unreplicable),
+            ),
+            (
+                "users_rejoins",
+                "Times the users stream was found replaced by a new one and joined again",
+                Counter,
+                get(&self.users_rejoins),
             ),
             (
                 "logins_key_adopted",

@@ -31,7 +31,10 @@
 //! last wrote or saw): that change is published next and wins. On joining, a node first applies what the
 //! stream holds (the stream wins over its own copy of a user), then publishes the users only
 //! it has. Every few seconds the replicator compares the store with the stream again, which
-//! retries what failed (NATS down, a store error).
+//! retries what failed (NATS down, a store error), and checks that the stream it follows is
+//! still the one it joined: a stream deleted (or lost with NATS's storage) is created again,
+//! and a new stream is joined as at start, everything the node knew of the old one forgotten,
+//! so that the node's records are published into it again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -63,14 +66,9 @@ const RECONCILE: Duration = Duration::from_secs(5);
 /// How long one publish may wait for the stream's acknowledgement.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The stream of users, created if it does not exist.
-pub(crate) async fn stream(
-    js: &Context,
-    name: &str,
-    replicas: usize,
-    patience: Duration,
-) -> Result<stream::Stream, crate::StartError> {
-    let config = stream::Config {
+/// The configuration of the stream of users named `name`.
+pub(crate) fn stream_config(name: &str, replicas: usize) -> stream::Config {
+    stream::Config {
         name: name.to_owned(),
         subjects: vec![format!("{PREFIX}.>")],
         max_messages_per_subject: 1,
@@ -78,63 +76,53 @@ pub(crate) async fn stream(
         num_replicas: replicas,
         description: Some("mesgd builtin users and content-routing roles: the last state of each".to_owned()),
         ..Default::default()
-    };
+    }
+}
+
+/// The stream of users, created if it does not exist.
+pub(crate) async fn stream(
+    js: &Context,
+    config: stream::Config,
+    patience: Duration,
+) -> Result<stream::Stream, crate::StartError> {
     crate::streams::get_or_create(js, config, patience).await.map_err(crate::StartError::Users)
 }
 
 /// Applies what the stream holds to the local store (waiting at most `load_timeout` for it),
 /// publishes the users and roles only this node has, and then keeps both in step until the
-/// node stops.
+/// node stops. `config` is the stream's (from [`stream_config`]): a stream that was deleted is
+/// created again with it.
 pub(crate) async fn start(
     js: Context,
-    stream: &stream::Stream,
+    stream: stream::Stream,
+    config: stream::Config,
     directory: Arc<UserDirectory>,
     stats: Arc<ClusterStats>,
     load_timeout: Duration,
 ) -> Result<JoinHandle<()>, crate::StartError> {
-    let config = consumer::pull::OrderedConfig {
-        filter_subject: format!("{PREFIX}.>"),
-        deliver_policy: consumer::DeliverPolicy::LastPerSubject,
-        description: Some("mesgd node: builtin users".to_owned()),
-        ..Default::default()
-    };
-    let error = |e: &dyn std::fmt::Display| crate::StartError::Users(e.to_string());
-    let mut consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
-    let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
-    let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
     let mut replicator = Replicator {
         node: Node { js, directory, stats },
         users: Side::default(),
         roles: Side::default(),
         admins: Side::default(),
         api_tokens: Side::default(),
+        followed: Followed { config, created: stream.cached_info().created, load_timeout },
     };
-    // What the store holds before the stream is applied: a record of the stream replaces this
-    // node's copy of it (the stream wins on joining) instead of being kept as a local change.
-    replicator.node.directory.sync().await;
-    replicator.look_at_store().await;
-    let loaded = tokio::time::timeout(load_timeout, async {
-        while pending > 0 {
-            let Some(Ok(m)) = messages.next().await else { break };
-            pending = m.info().map(|i| i.pending).unwrap_or(0);
-            replicator.received(&m).await;
-        }
-    })
-    .await;
-    if loaded.is_err() {
-        tracing::warn!(
-            "cluster: the builtin users in the stream were not all loaded in time; the rest arrive later"
-        );
-    }
-    replicator.node.directory.sync().await;
-    replicator.look_at_store().await;
-    // Records only this node has join the cluster; those the stream has are the stream's.
-    // Roles first, so that a user's roles are there before it.
-    replicator.roles.publish_unknown(&replicator.node).await;
-    replicator.users.publish_unknown(&replicator.node).await;
-    replicator.admins.publish_unknown(&replicator.node).await;
-    replicator.api_tokens.publish_unknown(&replicator.node).await;
+    // Boxed: the join's state (the consumer, the store's snapshots) is large, and the node's
+    // start awaits it inline.
+    let messages = Box::pin(replicator.join(&stream)).await.map_err(crate::StartError::Users)?;
     Ok(tokio::spawn(replicator.run(messages)))
+}
+
+/// The stream the replicator follows, and what it needs to notice that it was replaced.
+struct Followed {
+    /// What to create again if it was deleted.
+    config: stream::Config,
+    /// When the stream followed was created: a stream of the same name created at another
+    /// time is a new one, which has none of the records the old one held.
+    created: time::OffsetDateTime,
+    /// How long a join waits for the stream's records.
+    load_timeout: Duration,
 }
 
 /// What the two sides share: the connection, the store, the counters (users and roles are
@@ -537,6 +525,14 @@ impl<K: Kind> Side<K> {
         }
     }
 
+    /// The stream followed was replaced by a new one, which holds none of what the old one
+    /// said: what it said, and the echoes awaited from it, are forgotten. Local changes not yet
+    /// published stay to be published.
+    fn forget_stream(&mut self) {
+        self.known.clear();
+        self.published.clear();
+    }
+
     fn publish_failed(&mut self, node: &Node, name: &str, why: &str) {
         self.unsent.insert(name.to_owned());
         ClusterStats::add(&node.stats.users_publish_errors, 1);
@@ -550,9 +546,119 @@ struct Replicator {
     roles: Side<Roles>,
     admins: Side<Admins>,
     api_tokens: Side<ApiTokens>,
+    followed: Followed,
+}
+
+/// What became of the stream the replicator follows, as a check found it.
+enum StreamState {
+    /// The same stream.
+    Same,
+    /// A stream of the same name created since (deleted and created again, or NATS lost its
+    /// JetStream storage): to be joined as at start.
+    Replaced(Box<stream::Stream>),
+    /// Unknown for now (NATS does not answer): checked again at the next interval.
+    Unknown,
 }
 
 impl Replicator {
+    /// Follows `stream` from the last message of every record: applies what it holds to the
+    /// store (the stream wins over this node's copy of a record), waiting at most the load
+    /// timeout, then publishes the records only this node has. The consumer's messages are
+    /// what follows.
+    async fn join(&mut self, stream: &stream::Stream) -> Result<consumer::pull::Ordered, String> {
+        let config = consumer::pull::OrderedConfig {
+            filter_subject: format!("{PREFIX}.>"),
+            deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+            description: Some("mesgd node: builtin users".to_owned()),
+            ..Default::default()
+        };
+        let mut consumer = stream.create_consumer(config).await.map_err(|e| e.to_string())?;
+        let mut pending = consumer.info().await.map_err(|e| e.to_string())?.num_pending;
+        let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+        // What the store holds before the stream is applied: a record of the stream replaces
+        // this node's copy of it instead of being kept as a local change.
+        self.node.directory.sync().await;
+        self.look_at_store().await;
+        let loaded = tokio::time::timeout(self.followed.load_timeout, async {
+            while pending > 0 {
+                let Some(Ok(m)) = messages.next().await else { break };
+                pending = m.info().map(|i| i.pending).unwrap_or(0);
+                self.received(&m).await;
+            }
+        })
+        .await;
+        if loaded.is_err() {
+            tracing::warn!(
+                "cluster: the builtin users in the stream were not all loaded in time; the rest arrive later"
+            );
+        }
+        self.node.directory.sync().await;
+        self.look_at_store().await;
+        // Records only this node has join the cluster; those the stream has are the stream's.
+        // Roles first, so that a user's roles are there before it.
+        self.roles.publish_unknown(&self.node).await;
+        self.users.publish_unknown(&self.node).await;
+        self.admins.publish_unknown(&self.node).await;
+        self.api_tokens.publish_unknown(&self.node).await;
+        Ok(messages)
+    }
+
+    /// Whether the stream followed is still the one joined. A deleted stream is created again
+    /// (by the first node to notice; the others find it), with the same short patience as a
+    /// publish, so that the loop is not held up while NATS is down.
+    async fn check_stream(&self) -> StreamState {
+        let name = &self.followed.config.name;
+        let found = match self.node.js.get_stream(name).await {
+            Ok(found) => found,
+            Err(e) if is_stream_not_found(&e) => {
+                match crate::streams::get_or_create(
+                    &self.node.js,
+                    self.followed.config.clone(),
+                    PUBLISH_TIMEOUT,
+                )
+                .await
+                {
+                    Ok(created) => {
+                        tracing::warn!(stream = %name, "cluster: the stream of builtin users was deleted; created it again");
+                        created
+                    }
+                    Err(e) => {
+                        tracing::warn!(stream = %name, error = %e, "cluster: the stream of builtin users was deleted and cannot be created again; trying again later");
+                        return StreamState::Unknown;
+                    }
+                }
+            }
+            Err(_) => return StreamState::Unknown,
+        };
+        if found.cached_info().created == self.followed.created {
+            StreamState::Same
+        } else {
+            StreamState::Replaced(Box::new(found))
+        }
+    }
+
+    /// Joins `stream`, a new stream in place of the one followed, which holds none of the
+    /// records the old one did: everything this node knew of the stream is forgotten, so that
+    /// its records are published again (those another node has put there first are taken).
+    async fn rejoin(&mut self, stream: stream::Stream) -> Option<consumer::pull::Ordered> {
+        self.users.forget_stream();
+        self.roles.forget_stream();
+        self.admins.forget_stream();
+        self.api_tokens.forget_stream();
+        match Box::pin(self.join(&stream)).await {
+            Ok(messages) => {
+                self.followed.created = stream.cached_info().created;
+                ClusterStats::add(&self.node.stats.users_rejoins, 1);
+                tracing::info!(stream = %self.followed.config.name, "cluster: following the new stream of builtin users");
+                Some(messages)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster: cannot follow the new stream of builtin users; trying again later");
+                None
+            }
+        }
+    }
+
     /// Takes the store's records as what this side has seen of them.
     async fn look_at_store(&mut self) {
         self.users.seen = Users::snapshot(&self.node).await.unwrap_or_default();
@@ -561,19 +667,34 @@ impl Replicator {
         self.api_tokens.seen = ApiTokens::snapshot(&self.node).await.unwrap_or_default();
     }
 
-    async fn run(mut self, mut messages: consumer::pull::Ordered) {
+    async fn run(mut self, messages: consumer::pull::Ordered) {
         let mut changes = self.node.directory.changes();
         let mut reconcile = tokio::time::interval(RECONCILE);
         reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // `None` while no consumer follows the stream (it ended, or a join failed): the next
+        // interval joins again.
+        let mut messages = Some(messages);
+        let mut consumer_errors = 0u64;
         loop {
+            let next = async {
+                match messages.as_mut() {
+                    Some(m) => m.next().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                next = messages.next() => match next {
+                next = next => match next {
                     Some(Ok(m)) => self.received(&m).await,
                     Some(Err(e)) => {
-                        tracing::warn!(error = %e, "cluster: builtin users stream consumer");
+                        // A deleted stream makes its consumer fail until the next check
+                        // replaces it: one line per interval, not one per attempt.
+                        if consumer_errors == 0 {
+                            tracing::warn!(error = %e, "cluster: builtin users stream consumer");
+                        }
+                        consumer_errors += 1;
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
-                    None => return,
+                    None => messages = None,
                 },
                 changed = changes.changed() => {
                     if changed.is_err() {
@@ -581,7 +702,22 @@ impl Replicator {
                     }
                     self.local_changes().await;
                 }
-                _ = reconcile.tick() => self.reconcile().await,
+                _ = reconcile.tick() => {
+                    if consumer_errors > 1 {
+                        tracing::warn!(more = consumer_errors - 1, "cluster: builtin users stream consumer failed again");
+                    }
+                    consumer_errors = 0;
+                    match self.check_stream().await {
+                        StreamState::Replaced(stream) => messages = self.rejoin(*stream).await,
+                        StreamState::Same if messages.is_none() => {
+                            if let Ok(stream) = self.node.js.get_stream(&self.followed.config.name).await {
+                                messages = self.rejoin(stream).await;
+                            }
+                        }
+                        StreamState::Same | StreamState::Unknown => {}
+                    }
+                    self.reconcile().await;
+                }
             }
         }
     }
@@ -667,4 +803,12 @@ impl Replicator {
             self.node.directory.check_now();
         }
     }
+}
+
+/// Whether `error` says that the stream does not exist (rather than that NATS did not answer).
+fn is_stream_not_found(error: &jetstream::context::GetStreamError) -> bool {
+    matches!(
+        error.kind(),
+        jetstream::context::GetStreamErrorKind::JetStream(e) if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+    )
 }

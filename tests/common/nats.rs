@@ -158,6 +158,41 @@ impl NatsServer {
         .await;
     }
 
+    /// Deletes the JetStream stream `name`, as an operator's `nats stream rm` does: one
+    /// request of the NATS text protocol on a connection of its own. Returns the server's
+    /// answer (JSON), after asserting that it reports the deletion.
+    pub async fn delete_stream(&self, name: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.url.trim_start_matches("nats://");
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect to nats-server");
+        let request = format!(
+            "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\nSUB _INBOX.delete 1\r\n\
+             PUB $JS.API.STREAM.DELETE.{name} _INBOX.delete 0\r\n\r\nPING\r\n"
+        );
+        conn.write_all(request.as_bytes()).await.expect("write to nats-server");
+        let mut seen = Vec::new();
+        let answer = super::within("nats-server's answer to the stream deletion", async {
+            loop {
+                let mut chunk = [0u8; 4096];
+                let n = conn.read(&mut chunk).await.expect("read from nats-server");
+                assert!(n > 0, "nats-server closed the connection: {}", String::from_utf8_lossy(&seen));
+                seen.extend_from_slice(&chunk[..n]);
+                // `MSG <subject> <sid> <size>\r\n<payload>\r\n`
+                let text = String::from_utf8_lossy(&seen).into_owned();
+                let Some(start) = text.find("MSG _INBOX.delete ") else { continue };
+                let Some(line_end) = text[start..].find("\r\n").map(|i| start + i) else { continue };
+                let size: usize = text[start..line_end].rsplit(' ').next().unwrap().parse().unwrap();
+                let body = line_end + 2;
+                if text.len() >= body + size {
+                    return text[body..body + size].to_owned();
+                }
+            }
+        })
+        .await;
+        assert!(answer.contains("\"success\":true"), "stream {name} not deleted: {answer}");
+        answer
+    }
+
     /// Lets a paused server go on (SIGCONT).
     pub fn resume(&self) {
         self.signal("-CONT");
