@@ -40,6 +40,19 @@ async fn has_user(node: &ContentServer, username: &str) {
     .await;
 }
 
+/// A fresh NATS server and two nodes on it, `a` and `b`, where alice (password `pw`) was added
+/// on a and has reached b.
+async fn two_nodes_with_alice() -> (NatsServer, ContentServer, ContentServer) {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a").await;
+    let b = node(&nats, "b").await;
+    let store = a.store();
+    store.set_pbkdf2_iterations(1000).expect("iterations");
+    store.add_user("alice", AuthType::Basic, Some(b"pw"), false).expect("user added");
+    has_user(&b, "alice").await;
+    (nats, a, b)
+}
+
 async fn login(node: &ContentServer) -> String {
     let body = r#"{"username":"alice","password":"pw"}"#;
     let (status, body) = node.http("POST", "/auth/login", "content-type: application/json\r\n", body).await;
@@ -78,13 +91,7 @@ fn mqtt_options(node: &ContentServer, id: &str, token: &str) -> rumqttc::MqttOpt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_session_works_on_every_node_and_a_logout_ends_it_everywhere() {
-    let nats = NatsServer::start().await;
-    let a = node(&nats, "a").await;
-    let b = node(&nats, "b").await;
-    let store = a.store();
-    store.set_pbkdf2_iterations(1000).expect("iterations");
-    store.add_user("alice", AuthType::Basic, Some(b"pw"), false).expect("user added");
-    has_user(&b, "alice").await;
+    let (nats, a, b) = two_nodes_with_alice().await;
 
     // Issued on a, accepted on b; issued on b, accepted on a.
     let from_a = login(&a).await;
@@ -140,4 +147,43 @@ async fn nodes_that_start_at_once_agree_on_one_key() {
     let (from_a, from_b) = (login(&a).await, login(&b).await);
     assert_eq!(account(&b, &from_a).await, 200, "a's session on b");
     assert_eq!(account(&a, &from_b).await, 200, "b's session on a");
+}
+
+/// The logins stream deleted while the nodes run (an operator's `nats stream rm`, or NATS's
+/// storage lost): the nodes notice at their next check, create it again and store the
+/// cluster's key and the logouts they know in it. A logout made afterwards still ends the
+/// session everywhere, and a node that joins afterwards verifies the sessions the others signed
+/// and refuses those ended before and after the deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_logins_stream_is_created_again_with_the_key_and_the_logouts() {
+    let (nats, a, b) = two_nodes_with_alice().await;
+    let ended_before = login(&a).await;
+    assert_eq!(a.http("POST", "/auth/logout", &bearer(&ended_before), "").await.0, 204);
+    refused(&b, &ended_before, Instant::now()).await;
+    let (from_a, from_b) = (login(&a).await, login(&b).await);
+
+    nats.delete_stream("MESGD_LOGINS").await;
+    let rejoins = |n: &ContentServer| {
+        let stats = n.server.as_ref().expect("running").cluster().expect("in a cluster").stats().clone();
+        stats.logins_rejoins.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    within("both nodes to follow a new logins stream", async {
+        while rejoins(&a) == 0 || rejoins(&b) == 0 {
+            // Polled: a counter has no notification (the nodes check every 5 s).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+
+    // Logged out on b after the deletion: refused on a.
+    assert_eq!(b.http("POST", "/auth/logout", &bearer(&from_b), "").await.0, 204);
+    refused(&a, &from_b, Instant::now()).await;
+
+    // A node that joins afterwards takes the cluster's key and both logouts.
+    let c = node(&nats, "c").await;
+    has_user(&c, "alice").await;
+    assert_eq!(account(&c, &from_a).await, 200, "a's session verifies on c: one key");
+    assert_eq!(account(&c, &ended_before).await, 401, "ended before the deletion");
+    assert_eq!(account(&c, &from_b).await, 401, "ended after the deletion");
+    assert_eq!(account(&b, &from_a).await, 200, "a's session still works on b");
 }

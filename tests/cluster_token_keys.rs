@@ -109,3 +109,40 @@ async fn with_sharing_off_each_node_keeps_its_own_keys() {
         b.connect("/room=lobby", Carrier::Bearer(&a.forge(&["room", "lobby"]))).await.err().expect("refused");
     assert_eq!(r.status, 401, "{}", r.body);
 }
+
+/// The logins stream, which holds the token key store, deleted while the nodes run: the nodes
+/// notice at their next check, create it again and store the cluster's keys in it, so that a
+/// node that joins afterwards takes them (and admits the others' tokens) instead of storing
+/// keys of its own, and a rotation still reaches every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_logins_stream_gets_the_cluster_s_token_keys_again() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a").await;
+    let b = node(&nats, "b").await;
+    let token = a.forge(&["room", "lobby"]);
+    assert!(admits(&b, &token).await, "a's token on b");
+
+    nats.delete_stream("MESGD_LOGINS").await;
+    let rejoins = |n: &ContentServer| {
+        let stats = n.server.as_ref().expect("running").cluster().expect("in a cluster").stats().clone();
+        stats.token_keys_rejoins.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    within("both nodes to follow the token keys in a new logins stream", async {
+        while rejoins(&a) == 0 || rejoins(&b) == 0 {
+            // Polled: a counter has no notification (the nodes check every 5 s).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+
+    let c = node(&nats, "c").await;
+    assert_eq!(c.keys().key_ids(), a.keys().key_ids(), "c took the cluster's keys");
+    assert!(admits(&c, &token).await, "a's token on c");
+    assert!(admits(&a, &c.forge(&["room", "lobby"])).await, "c's token on a");
+
+    // A leaked key rotated out on a after the deletion: refused on b and c too.
+    a.keys().rotate(SystemTime::now(), Duration::ZERO).expect("rotated");
+    let started = Instant::now();
+    refused(&b, &token, started).await;
+    refused(&c, &token, started).await;
+}

@@ -41,7 +41,8 @@
 //!   ([`SessionCopies`]), resumed from there when their node died, and the replay of the
 //!   durable stream for a session resumed here.
 //! - `streams`: creating a stream at start when other nodes may be creating it too, or while
-//!   a NATS cluster is still electing its leaders.
+//!   a NATS cluster is still electing its leaders; noticing that a followed stream was deleted
+//!   or replaced (the users and logins streams).
 //! - `users`: builtin users, their ACLs and content-routing access, administrators and API
 //!   tokens the same on every node, through a stream.
 //! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
@@ -436,13 +437,19 @@ impl Cluster {
         &self,
         sessions: Arc<mesgd_providers::sessions::Sessions>,
     ) -> Result<(), StartError> {
-        let stream =
-            logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas, self.patience())
-                .await?;
+        let config = logins::stream_config(&self.config.logins_stream, self.config.users_replicas);
+        let stream = logins::stream(&self.js, config.clone(), self.patience()).await?;
         let wait = Duration::from_millis(self.config.retained_load_timeout_ms);
-        let task =
-            logins::start(self.js.clone(), stream, sessions, self.stats.clone(), wait, self.patience())
-                .await?;
+        let task = logins::start(
+            self.js.clone(),
+            stream,
+            config,
+            sessions,
+            self.stats.clone(),
+            wait,
+            self.patience(),
+        )
+        .await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
     }
@@ -459,10 +466,10 @@ impl Cluster {
         if !self.config.share_token_keys {
             return Ok(());
         }
-        let stream =
-            logins::stream(&self.js, &self.config.logins_stream, self.config.users_replicas, self.patience())
-                .await?;
-        let task = token_keys::start(self.js.clone(), stream, dir, reload, self.stats.clone()).await?;
+        let config = logins::stream_config(&self.config.logins_stream, self.config.users_replicas);
+        let stream = logins::stream(&self.js, config.clone(), self.patience()).await?;
+        let task =
+            token_keys::start(self.js.clone(), stream, config, dir, reload, self.stats.clone()).await?;
         mesgd_core::sync::lock(&self.tasks).push(task);
         Ok(())
     }

@@ -19,6 +19,9 @@
 //!   expired ones it knows of, a bounded number per pass. The stream holds at most
 //!   [`MAX_REVOKED`] of them (plus the key) and refuses more (`discard new`), never dropping
 //!   the key or an unexpired logout.
+//! - **the stream deleted or lost**: checked at every comparison ([`crate::streams::Watched`]);
+//!   a missing stream is created again and a new one joined as at start (the key agreed on
+//!   again, every unexpired logout this node knows published again).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +38,7 @@ use tokio::task::JoinHandle;
 use crate::StartError;
 use crate::backoff::Backoff;
 use crate::stats::ClusterStats;
-use crate::streams::{FIRST_PAUSE, MAX_PAUSE};
+use crate::streams::{FIRST_PAUSE, Following, Found, MAX_PAUSE, Watched};
 
 /// The subjects' prefix.
 const PREFIX: &str = "mesgd.logins";
@@ -52,14 +55,9 @@ const PRUNE_BATCH: usize = 1_000;
 /// How long one publish or purge may wait for the stream's answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The stream of logins, created if it does not exist.
-pub(crate) async fn stream(
-    js: &Context,
-    name: &str,
-    replicas: usize,
-    patience: Duration,
-) -> Result<stream::Stream, StartError> {
-    let config = stream::Config {
+/// The configuration of the stream of logins named `name`.
+pub(crate) fn stream_config(name: &str, replicas: usize) -> stream::Config {
+    stream::Config {
         name: name.to_owned(),
         subjects: vec![format!("{PREFIX}.>")],
         max_messages_per_subject: 1,
@@ -72,7 +70,15 @@ pub(crate) async fn stream(
             "mesgd login sessions: the signing key and the ended sessions; the token keys".to_owned(),
         ),
         ..Default::default()
-    };
+    }
+}
+
+/// The stream of logins, created if it does not exist.
+pub(crate) async fn stream(
+    js: &Context,
+    config: stream::Config,
+    patience: Duration,
+) -> Result<stream::Stream, StartError> {
     crate::streams::get_or_create(js, config, patience).await.map_err(StartError::Logins)
 }
 
@@ -83,40 +89,18 @@ pub(crate) async fn stream(
 pub(crate) async fn start(
     js: Context,
     stream: stream::Stream,
+    config: stream::Config,
     sessions: Arc<Sessions>,
     stats: Arc<ClusterStats>,
     load_timeout: Duration,
     patience: Duration,
 ) -> Result<JoinHandle<()>, StartError> {
-    agree_on_key(&js, &stream, &sessions, &stats, patience).await?;
-    let config = consumer::pull::OrderedConfig {
-        filter_subject: format!("{REVOKED_PREFIX}>"),
-        deliver_policy: consumer::DeliverPolicy::All,
-        description: Some("mesgd node: ended login sessions".to_owned()),
-        ..Default::default()
-    };
-    let error = |e: &dyn std::fmt::Display| StartError::Logins(e.to_string());
-    let mut consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
-    let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
-    let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
     let changed = Arc::new(Notify::new());
     let told = changed.clone();
     sessions.on_revoke(Box::new(move |_, _| told.notify_one()));
-    let mut logins = Logins { js, stream, sessions, stats, known: HashMap::new() };
-    let loaded = tokio::time::timeout(load_timeout, async {
-        while pending > 0 {
-            let Some(Ok(m)) = messages.next().await else { break };
-            pending = m.info().map(|i| i.pending).unwrap_or(0);
-            logins.received(&m).await;
-        }
-    })
-    .await;
-    if loaded.is_err() {
-        tracing::warn!(
-            "cluster: the ended login sessions in the stream were not all loaded in time; the rest arrive later"
-        );
-    }
-    logins.publish_local().await;
+    let watched = Watched::new(config, &stream);
+    let mut logins = Logins { js, stream, sessions, stats, known: HashMap::new(), watched, load_timeout };
+    let messages = Box::pin(logins.join(patience)).await?;
     Ok(tokio::spawn(logins.run(messages, changed)))
 }
 
@@ -238,26 +222,85 @@ struct Logins {
     stats: Arc<ClusterStats>,
     /// The ended sessions the stream holds, as far as this node knows: jti → exp.
     known: HashMap<String, u64>,
+    /// The stream followed, checked at every comparison: a deleted one is created again and a
+    /// new one joined, as at start.
+    watched: Watched,
+    /// How long a join waits for the ended sessions the stream holds.
+    load_timeout: Duration,
 }
 
 impl Logins {
-    async fn run(mut self, mut messages: consumer::pull::Ordered, changed: Arc<Notify>) {
+    /// Makes this node use the key of `self.stream` (waiting up to `patience` for JetStream to
+    /// answer), applies the ended sessions it holds (waiting at most the load timeout), then
+    /// publishes those only this node knows. The consumer's messages are what follows.
+    async fn join(&mut self, patience: Duration) -> Result<consumer::pull::Ordered, StartError> {
+        agree_on_key(&self.js, &self.stream, &self.sessions, &self.stats, patience).await?;
+        let config = consumer::pull::OrderedConfig {
+            filter_subject: format!("{REVOKED_PREFIX}>"),
+            deliver_policy: consumer::DeliverPolicy::All,
+            description: Some("mesgd node: ended login sessions".to_owned()),
+            ..Default::default()
+        };
+        let error = |e: &dyn std::fmt::Display| StartError::Logins(e.to_string());
+        let mut consumer = self.stream.create_consumer(config).await.map_err(|e| error(&e))?;
+        let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
+        let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
+        let loaded = tokio::time::timeout(self.load_timeout, async {
+            while pending > 0 {
+                let Some(Ok(m)) = messages.next().await else { break };
+                pending = m.info().map(|i| i.pending).unwrap_or(0);
+                self.received(&m).await;
+            }
+        })
+        .await;
+        if loaded.is_err() {
+            tracing::warn!(
+                "cluster: the ended login sessions in the stream were not all loaded in time; the rest arrive later"
+            );
+        }
+        self.publish_local().await;
+        Ok(messages)
+    }
+
+    /// Joins `stream`, a new stream in place of the one followed, which holds none of the
+    /// old one's records: this node takes its key (or stores its own there, which is the key
+    /// the cluster had, unless a node started meanwhile stored another: then every node takes
+    /// that one, and sessions signed before no longer verify), and publishes every ended session
+    /// it knows again.
+    async fn rejoin(&mut self, stream: stream::Stream) -> Option<consumer::pull::Ordered> {
+        self.known.clear();
+        self.stream = stream;
+        match Box::pin(self.join(REQUEST_TIMEOUT)).await {
+            Ok(messages) => {
+                self.watched.following(&self.stream);
+                ClusterStats::add(&self.stats.logins_rejoins, 1);
+                tracing::info!(stream = %self.watched.name(), "cluster: following the new stream of login sessions");
+                Some(messages)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster: cannot follow the new stream of login sessions; trying again later");
+                None
+            }
+        }
+    }
+
+    async fn run(mut self, messages: consumer::pull::Ordered, changed: Arc<Notify>) {
         let mut reconcile = tokio::time::interval(RECONCILE);
         reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut prune = tokio::time::interval(PRUNE);
         prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut following = Following::new("login sessions stream", messages);
         loop {
             tokio::select! {
-                next = messages.next() => match next {
-                    Some(Ok(m)) => self.received(&m).await,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "cluster: login sessions stream consumer");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    None => return,
-                },
+                m = following.next() => self.received(&m).await,
                 () = changed.notified() => self.publish_local().await,
-                _ = reconcile.tick() => self.publish_local().await,
+                _ = reconcile.tick() => {
+                    let lost = following.checked();
+                    if let Found::Replaced(stream) = self.watched.check(&self.js, REQUEST_TIMEOUT, lost).await {
+                        following.follow(self.rejoin(*stream).await);
+                    }
+                    self.publish_local().await;
+                }
                 _ = prune.tick() => self.prune().await,
             }
         }

@@ -93,8 +93,12 @@ pub struct ClusterStats {
     /// Times this node found the users stream replaced by a new one (deleted and created
     /// again, or lost with NATS's storage) and joined it, publishing its records again.
     pub users_rejoins: AtomicU64,
-    /// Times this node adopted the cluster's login-session key (0 or 1 per start).
+    /// Times this node adopted the cluster's login-session key (0 or 1 per start, and at
+    /// most 1 per rejoin).
     pub logins_key_adopted: AtomicU64,
+    /// Times this node found the logins stream replaced by a new one (deleted and created
+    /// again, or lost with NATS's storage) and joined it, publishing its logouts again.
+    pub logins_rejoins: AtomicU64,
     /// Logouts of this node stored in the logins stream.
     pub logins_revocations_published: AtomicU64,
     /// Logouts that could not be stored in the logins stream (retried).
@@ -144,6 +148,9 @@ pub struct ClusterStats {
     pub token_keys_publish_errors: AtomicU64,
     /// Key stores from the cluster that could not be read or written here (kept the old keys).
     pub token_keys_invalid: AtomicU64,
+    /// Times this node found the logins stream replaced by a new one and took (or stored)
+    /// the token keys there again.
+    pub token_keys_rejoins: AtomicU64,
     /// Client ids this node claimed in the session registry.
     pub registry_claims: AtomicU64,
     /// Compare-and-swap conflicts while claiming (another node wrote the record meanwhile).
@@ -439,6 +446,12 @@ impl ClusterStats {
                 get(&self.logins_key_adopted),
             ),
             (
+                "logins_rejoins",
+                "Times the logins stream was found replaced by a new one and joined again",
+                Counter,
+                get(&self.logins_rejoins),
+            ),
+            (
                 "logins_revocations_published",
                 "Logouts of this node stored in the logins stream",
                 Counter,
@@ -549,6 +562,12 @@ impl ClusterStats {
                 "Key stores from the cluster that could not be used here",
                 Counter,
                 get(&self.token_keys_invalid),
+            ),
+            (
+                "token_keys_rejoins",
+                "Times the logins stream was found replaced and the token keys joined again",
+                Counter,
+                get(&self.token_keys_rejoins),
             ),
             (
                 "registry_claims",

@@ -1,9 +1,11 @@
-//! Creating the cluster's JetStream streams at start, where several nodes may start at once.
+//! Creating the cluster's JetStream streams at start, where several nodes may start at once,
+//! and noticing that a stream a node follows was deleted or replaced under it ([`Watched`]).
 
 use std::time::Duration;
 
 use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
-use async_nats::jetstream::{self, ErrorCode, stream};
+use async_nats::jetstream::{self, ErrorCode, consumer, stream};
+use futures_util::StreamExt;
 
 use crate::backoff::Backoff;
 
@@ -72,6 +74,131 @@ async fn led(mut stream: stream::Stream, name: &str, mut backoff: Backoff) -> Re
         // Not answered (no leader yet): asked again after the next pause.
         let _ = stream.info().await;
     }
+}
+
+/// A stream a node follows, and what it needs to notice that the stream was deleted under it
+/// or replaced by a new one of the same name (`nats stream rm`, or a NATS server that came back
+/// without its JetStream storage): a new stream holds none of the records the old one did, so
+/// what the node knew of the old one no longer holds.
+pub(crate) struct Watched {
+    /// What to create again if the stream was deleted.
+    config: stream::Config,
+    /// When the stream followed was created: one of the same name created at another time is
+    /// a new one.
+    created: time::OffsetDateTime,
+}
+
+/// What became of a watched stream, as a check found it.
+pub(crate) enum Found {
+    /// The same stream.
+    Same,
+    /// A stream of the same name made since: to be joined again, as at start.
+    Replaced(Box<stream::Stream>),
+    /// Unknown for now (NATS does not answer): checked again later.
+    Unknown,
+}
+
+impl Watched {
+    /// `stream`, made (or found) with `config`.
+    pub(crate) fn new(config: stream::Config, stream: &stream::Stream) -> Self {
+        Watched { config, created: stream.cached_info().created }
+    }
+
+    /// Whether the stream is still the one followed. A deleted stream is created again (by the
+    /// first node to notice; the others find it), with `patience` for an answer, so that a
+    /// caller's loop is not held up long while NATS is down. With `lost` (the caller's consumer
+    /// ended), the same stream is to be joined again too.
+    pub(crate) async fn check(&self, js: &jetstream::Context, patience: Duration, lost: bool) -> Found {
+        let name = &self.config.name;
+        let found = match js.get_stream(name).await {
+            Ok(found) => found,
+            Err(e) if is_stream_not_found(&e) => match get_or_create(js, self.config.clone(), patience).await
+            {
+                Ok(created) => {
+                    tracing::warn!(stream = %name, "cluster: a stream this node follows was deleted; created it again");
+                    created
+                }
+                Err(e) => {
+                    tracing::warn!(stream = %name, error = %e, "cluster: a stream this node follows was deleted and cannot be created again; trying again later");
+                    return Found::Unknown;
+                }
+            },
+            Err(_) => return Found::Unknown,
+        };
+        if found.cached_info().created == self.created && !lost {
+            Found::Same
+        } else {
+            Found::Replaced(Box::new(found))
+        }
+    }
+
+    /// The stream is now `stream`, joined in place of the old one.
+    pub(crate) fn following(&mut self, stream: &stream::Stream) {
+        self.created = stream.cached_info().created;
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+}
+
+/// The messages of a follower's ordered consumer, while it has one.
+pub(crate) struct Following {
+    /// What follows, for the log lines.
+    what: &'static str,
+    /// `None` while no consumer follows the stream (it ended, or a join failed): the caller's
+    /// next check joins again.
+    messages: Option<consumer::pull::Ordered>,
+    /// The consumer's failures since the last check.
+    errors: u64,
+}
+
+impl Following {
+    pub(crate) fn new(what: &'static str, messages: consumer::pull::Ordered) -> Self {
+        Following { what, messages: Some(messages), errors: 0 }
+    }
+
+    /// The next message; never returns while there is no consumer. A failure (a deleted stream
+    /// makes the consumer fail until the next check replaces it) is logged once per check, not
+    /// once per attempt.
+    pub(crate) async fn next(&mut self) -> jetstream::Message {
+        loop {
+            let Some(messages) = self.messages.as_mut() else { return std::future::pending().await };
+            match messages.next().await {
+                Some(Ok(m)) => return m,
+                Some(Err(e)) => {
+                    if self.errors == 0 {
+                        tracing::warn!(error = %e, "cluster: {} consumer", self.what);
+                    }
+                    self.errors += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None => self.messages = None,
+            }
+        }
+    }
+
+    /// A check: sums up the failures since the last one; whether the consumer is gone.
+    pub(crate) fn checked(&mut self) -> bool {
+        if self.errors > 1 {
+            tracing::warn!(more = self.errors - 1, "cluster: {} consumer failed again", self.what);
+        }
+        self.errors = 0;
+        self.messages.is_none()
+    }
+
+    /// Follows `messages` from now on (`None`: a join that failed, tried again at the next check).
+    pub(crate) fn follow(&mut self, messages: Option<consumer::pull::Ordered>) {
+        self.messages = messages;
+    }
+}
+
+/// Whether `error` says that the stream does not exist (rather than that NATS did not answer).
+fn is_stream_not_found(error: &jetstream::context::GetStreamError) -> bool {
+    matches!(
+        error.kind(),
+        jetstream::context::GetStreamErrorKind::JetStream(e) if e.error_code() == ErrorCode::STREAM_NOT_FOUND
+    )
 }
 
 /// The first pause after a refusal, and the longest.

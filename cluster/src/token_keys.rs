@@ -16,6 +16,8 @@
 //!   keeps the cluster's store (its rotation is undone, logged as an error: rotate again).
 //! - **in**: one ordered consumer per node follows the subject and imports each new store,
 //!   then tells the node to reload its keys at once.
+//! - **the stream deleted or lost**: checked every few seconds ([`crate::streams::Watched`]);
+//!   a new logins stream is joined as at start.
 //!
 //! The store holds private keys: the NATS connections should be authenticated and encrypted,
 //! as for the users' password hashes and the login key. `share_token_keys = false` leaves
@@ -28,18 +30,20 @@ use std::time::{Duration, SystemTime};
 use async_nats::HeaderMap;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, Context, consumer, stream};
-use futures_util::StreamExt;
 use mesgd_providers::tokens::{KeysVersion, SharedKeys};
 use tokio::task::JoinHandle;
 
 use crate::StartError;
 use crate::stats::ClusterStats;
+use crate::streams::{Following, Found, Watched};
 
 /// The subject of the cluster's token key store.
 pub(crate) const SUBJECT: &str = "mesgd.logins.pki";
 
 /// How often this node's `keys.json` is compared with the cluster's version.
 const WATCH: Duration = Duration::from_secs(1);
+/// How often the logins stream is checked (deleted, or replaced by a new one).
+const CHECK_STREAM: Duration = Duration::from_secs(5);
 /// How long one publish may wait for the stream's acknowledgement.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -52,21 +56,14 @@ pub type ReloadKeys = Arc<dyn Fn() + Send + Sync>;
 pub(crate) async fn start(
     js: Context,
     stream: stream::Stream,
+    config: stream::Config,
     dir: PathBuf,
     reload: ReloadKeys,
     stats: Arc<ClusterStats>,
 ) -> Result<JoinHandle<()>, StartError> {
-    let mut keys = TokenKeys { js, dir, reload, stats, sequence: 0, version: None };
-    keys.agree(&stream).await?;
-    let config = consumer::pull::OrderedConfig {
-        filter_subject: SUBJECT.to_owned(),
-        deliver_policy: consumer::DeliverPolicy::LastPerSubject,
-        description: Some("mesgd node: token keys".to_owned()),
-        ..Default::default()
-    };
-    let error = |e: &dyn std::fmt::Display| StartError::Logins(format!("token keys: {e}"));
-    let consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
-    let messages = consumer.messages().await.map_err(|e| error(&e))?;
+    let watched = Watched::new(config, &stream);
+    let mut keys = TokenKeys { js, dir, reload, stats, sequence: 0, version: None, watched };
+    let messages = Box::pin(keys.join(&stream)).await?;
     Ok(tokio::spawn(keys.run(messages)))
 }
 
@@ -79,9 +76,46 @@ struct TokenKeys {
     sequence: u64,
     /// Its version.
     version: Option<KeysVersion>,
+    /// The logins stream, checked every few seconds: a deleted one is created again and a new
+    /// one joined, as at start.
+    watched: Watched,
 }
 
 impl TokenKeys {
+    /// Takes the store `stream` holds (or stores this node's there when it holds none), then
+    /// follows the subject; the consumer's messages are what follows.
+    async fn join(&mut self, stream: &stream::Stream) -> Result<consumer::pull::Ordered, StartError> {
+        self.agree(stream).await?;
+        let config = consumer::pull::OrderedConfig {
+            filter_subject: SUBJECT.to_owned(),
+            deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+            description: Some("mesgd node: token keys".to_owned()),
+            ..Default::default()
+        };
+        let error = |e: &dyn std::fmt::Display| StartError::Logins(format!("token keys: {e}"));
+        let consumer = stream.create_consumer(config).await.map_err(|e| error(&e))?;
+        consumer.messages().await.map_err(|e| error(&e))
+    }
+
+    /// Joins `stream`, a new logins stream in place of the one followed: it holds no store, or
+    /// the one a node that noticed first put there (the cluster's, unless a node started
+    /// meanwhile stored its own: then every node takes that one).
+    async fn rejoin(&mut self, stream: stream::Stream) -> Option<consumer::pull::Ordered> {
+        self.sequence = 0;
+        match Box::pin(self.join(&stream)).await {
+            Ok(messages) => {
+                self.watched.following(&stream);
+                ClusterStats::add(&self.stats.token_keys_rejoins, 1);
+                tracing::info!(stream = %self.watched.name(), "cluster: following the token keys in the new logins stream");
+                Some(messages)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster: cannot follow the token keys in the new logins stream; trying again later");
+                None
+            }
+        }
+    }
+
     /// Reads the cluster's store and imports it, or stores this node's own when there is none.
     async fn agree(&mut self, stream: &stream::Stream) -> Result<(), StartError> {
         let error = |why: String| StartError::Logins(why);
@@ -116,20 +150,22 @@ impl TokenKeys {
         Err(error("the token keys changed while this node was reading them".to_owned()))
     }
 
-    async fn run(mut self, mut messages: consumer::pull::Ordered) {
+    async fn run(mut self, messages: consumer::pull::Ordered) {
         let mut watch = tokio::time::interval(WATCH);
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check = tokio::time::interval(CHECK_STREAM);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut following = Following::new("token keys", messages);
         loop {
             tokio::select! {
-                next = messages.next() => match next {
-                    Some(Ok(m)) => self.received(&m).await,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "cluster: token keys consumer");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    None => return,
-                },
+                m = following.next() => self.received(&m).await,
                 _ = watch.tick() => self.watch().await,
+                _ = check.tick() => {
+                    let lost = following.checked();
+                    if let Found::Replaced(stream) = self.watched.check(&self.js, REQUEST_TIMEOUT, lost).await {
+                        following.follow(self.rejoin(*stream).await);
+                    }
+                }
             }
         }
     }

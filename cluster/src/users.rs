@@ -50,6 +50,7 @@ use mesgd_providers::builtin::{
 use tokio::task::JoinHandle;
 
 use crate::stats::ClusterStats;
+use crate::streams::{Following, Found, Watched};
 
 /// The subjects' prefix: a user's subject is `mesgd.users.<client_key of the username>`.
 const PREFIX: &str = "mesgd.users";
@@ -106,7 +107,7 @@ pub(crate) async fn start(
         roles: Side::default(),
         admins: Side::default(),
         api_tokens: Side::default(),
-        followed: Followed { config, created: stream.cached_info().created, load_timeout },
+        followed: Followed { watched: Watched::new(config, &stream), load_timeout },
     };
     // Boxed: the join's state (the consumer, the store's snapshots) is large, and the node's
     // start awaits it inline.
@@ -114,14 +115,9 @@ pub(crate) async fn start(
     Ok(tokio::spawn(replicator.run(messages)))
 }
 
-/// The stream the replicator follows, and what it needs to notice that it was replaced.
+/// The stream the replicator follows, and how long a join waits for its records.
 struct Followed {
-    /// What to create again if it was deleted.
-    config: stream::Config,
-    /// When the stream followed was created: a stream of the same name created at another
-    /// time is a new one, which has none of the records the old one held.
-    created: time::OffsetDateTime,
-    /// How long a join waits for the stream's records.
+    watched: Watched,
     load_timeout: Duration,
 }
 
@@ -549,17 +545,6 @@ struct Replicator {
     followed: Followed,
 }
 
-/// What became of the stream the replicator follows, as a check found it.
-enum StreamState {
-    /// The same stream.
-    Same,
-    /// A stream of the same name created since (deleted and created again, or NATS lost its
-    /// JetStream storage): to be joined as at start.
-    Replaced(Box<stream::Stream>),
-    /// Unknown for now (NATS does not answer): checked again at the next interval.
-    Unknown,
-}
-
 impl Replicator {
     /// Follows `stream` from the last message of every record: applies what it holds to the
     /// store (the stream wins over this node's copy of a record), waiting at most the load
@@ -603,40 +588,6 @@ impl Replicator {
         Ok(messages)
     }
 
-    /// Whether the stream followed is still the one joined. A deleted stream is created again
-    /// (by the first node to notice; the others find it), with the same short patience as a
-    /// publish, so that the loop is not held up while NATS is down.
-    async fn check_stream(&self) -> StreamState {
-        let name = &self.followed.config.name;
-        let found = match self.node.js.get_stream(name).await {
-            Ok(found) => found,
-            Err(e) if is_stream_not_found(&e) => {
-                match crate::streams::get_or_create(
-                    &self.node.js,
-                    self.followed.config.clone(),
-                    PUBLISH_TIMEOUT,
-                )
-                .await
-                {
-                    Ok(created) => {
-                        tracing::warn!(stream = %name, "cluster: the stream of builtin users was deleted; created it again");
-                        created
-                    }
-                    Err(e) => {
-                        tracing::warn!(stream = %name, error = %e, "cluster: the stream of builtin users was deleted and cannot be created again; trying again later");
-                        return StreamState::Unknown;
-                    }
-                }
-            }
-            Err(_) => return StreamState::Unknown,
-        };
-        if found.cached_info().created == self.followed.created {
-            StreamState::Same
-        } else {
-            StreamState::Replaced(Box::new(found))
-        }
-    }
-
     /// Joins `stream`, a new stream in place of the one followed, which holds none of the
     /// records the old one did: everything this node knew of the stream is forgotten, so that
     /// its records are published again (those another node has put there first are taken).
@@ -647,9 +598,9 @@ impl Replicator {
         self.api_tokens.forget_stream();
         match Box::pin(self.join(&stream)).await {
             Ok(messages) => {
-                self.followed.created = stream.cached_info().created;
+                self.followed.watched.following(&stream);
                 ClusterStats::add(&self.node.stats.users_rejoins, 1);
-                tracing::info!(stream = %self.followed.config.name, "cluster: following the new stream of builtin users");
+                tracing::info!(stream = %self.followed.watched.name(), "cluster: following the new stream of builtin users");
                 Some(messages)
             }
             Err(e) => {
@@ -671,31 +622,10 @@ impl Replicator {
         let mut changes = self.node.directory.changes();
         let mut reconcile = tokio::time::interval(RECONCILE);
         reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // `None` while no consumer follows the stream (it ended, or a join failed): the next
-        // interval joins again.
-        let mut messages = Some(messages);
-        let mut consumer_errors = 0u64;
+        let mut following = Following::new("builtin users stream", messages);
         loop {
-            let next = async {
-                match messages.as_mut() {
-                    Some(m) => m.next().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                next = next => match next {
-                    Some(Ok(m)) => self.received(&m).await,
-                    Some(Err(e)) => {
-                        // A deleted stream makes its consumer fail until the next check
-                        // replaces it: one line per interval, not one per attempt.
-                        if consumer_errors == 0 {
-                            tracing::warn!(error = %e, "cluster: builtin users stream consumer");
-                        }
-                        consumer_errors += 1;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    None => messages = None,
-                },
+                m = following.next() => self.received(&m).await,
                 changed = changes.changed() => {
                     if changed.is_err() {
                         return;
@@ -703,18 +633,9 @@ impl Replicator {
                     self.local_changes().await;
                 }
                 _ = reconcile.tick() => {
-                    if consumer_errors > 1 {
-                        tracing::warn!(more = consumer_errors - 1, "cluster: builtin users stream consumer failed again");
-                    }
-                    consumer_errors = 0;
-                    match self.check_stream().await {
-                        StreamState::Replaced(stream) => messages = self.rejoin(*stream).await,
-                        StreamState::Same if messages.is_none() => {
-                            if let Ok(stream) = self.node.js.get_stream(&self.followed.config.name).await {
-                                messages = self.rejoin(stream).await;
-                            }
-                        }
-                        StreamState::Same | StreamState::Unknown => {}
+                    let lost = following.checked();
+                    if let Found::Replaced(stream) = self.followed.watched.check(&self.node.js, PUBLISH_TIMEOUT, lost).await {
+                        following.follow(self.rejoin(*stream).await);
                     }
                     self.reconcile().await;
                 }
@@ -803,12 +724,4 @@ impl Replicator {
             self.node.directory.check_now();
         }
     }
-}
-
-/// Whether `error` says that the stream does not exist (rather than that NATS did not answer).
-fn is_stream_not_found(error: &jetstream::context::GetStreamError) -> bool {
-    matches!(
-        error.kind(),
-        jetstream::context::GetStreamErrorKind::JetStream(e) if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
-    )
 }
