@@ -17,35 +17,9 @@ use serde_json::Value;
 /// The scanner's nesting limit (`relay::scan::MAX_DEPTH`).
 const MAX_DEPTH: usize = 64;
 
-/// The deepest nesting of arrays and objects in the text `data`, strings skipped. Not the
-/// parsed value's: a key given twice keeps only its last value there, while the scanner
-/// refuses the nesting of the text, which an earlier value of that key may hold (the fuzzer's
-/// finding 7, a false alarm of the value's depth).
-fn depth(data: &[u8]) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for &b in data {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
+#[path = "../../core/src/relay/tests/text_depth.rs"]
+mod text_depth;
+use text_depth::depth;
 
 fuzz_target!(|data: &[u8]| {
     let oracle = serde_json::from_slice::<Value>(data);

@@ -6,3 +6,4 @@ mod corpus;
 mod malformed;
 mod roundtrip;
 mod scan;
+mod text_depth;
