@@ -30,7 +30,6 @@ use std::time::{Duration, SystemTime};
 use async_nats::HeaderMap;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, Context, consumer, stream};
-use futures_util::StreamExt;
 use mesgd_providers::sessions::{self, MAX_REVOKED, Sessions};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -38,7 +37,7 @@ use tokio::task::JoinHandle;
 use crate::StartError;
 use crate::backoff::Backoff;
 use crate::stats::ClusterStats;
-use crate::streams::{FIRST_PAUSE, Following, Found, MAX_PAUSE, Watched};
+use crate::streams::{FIRST_PAUSE, Following, Found, Loading, MAX_PAUSE, Watched};
 
 /// The subjects' prefix.
 const PREFIX: &str = "mesgd.logins";
@@ -241,14 +240,9 @@ impl Logins {
             description: Some("mesgd node: ended login sessions".to_owned()),
             ..Default::default()
         };
-        let error = |e: &dyn std::fmt::Display| StartError::Logins(e.to_string());
-        let mut consumer = self.stream.create_consumer(config).await.map_err(|e| error(&e))?;
-        let mut pending = consumer.info().await.map_err(|e| error(&e))?.num_pending;
-        let mut messages = consumer.messages().await.map_err(|e| error(&e))?;
+        let mut loading = Loading::start(&self.stream, config).await.map_err(StartError::Logins)?;
         let loaded = tokio::time::timeout(self.load_timeout, async {
-            while pending > 0 {
-                let Some(Ok(m)) = messages.next().await else { break };
-                pending = m.info().map(|i| i.pending).unwrap_or(0);
+            while let Some(m) = loading.next().await {
                 self.received(&m).await;
             }
         })
@@ -259,7 +253,7 @@ impl Logins {
             );
         }
         self.publish_local().await;
-        Ok(messages)
+        Ok(loading.into_messages())
     }
 
     /// Joins `stream`, a new stream in place of the one followed, which holds none of the

@@ -142,6 +142,45 @@ impl Watched {
     }
 }
 
+/// A follower's ordered consumer on joining a stream: the messages the stream held when it was
+/// created, which a join applies before it goes on ([`Loading::next`]), then the consumer
+/// itself, whose messages are what follows ([`Loading::into_messages`]).
+pub(crate) struct Loading {
+    messages: consumer::pull::Ordered,
+    /// How many of the messages held at creation are still to come.
+    pending: u64,
+}
+
+impl Loading {
+    pub(crate) async fn start(
+        stream: &stream::Stream,
+        config: consumer::pull::OrderedConfig,
+    ) -> Result<Self, String> {
+        let mut consumer = stream.create_consumer(config).await.map_err(|e| e.to_string())?;
+        let pending = consumer.info().await.map_err(|e| e.to_string())?.num_pending;
+        let messages = consumer.messages().await.map_err(|e| e.to_string())?;
+        Ok(Loading { messages, pending })
+    }
+
+    /// The next message the stream held at creation; `None` once all came, or when the
+    /// consumer fails (what is left then comes with what follows).
+    pub(crate) async fn next(&mut self) -> Option<jetstream::Message> {
+        if self.pending == 0 {
+            return None;
+        }
+        let Some(Ok(m)) = self.messages.next().await else {
+            self.pending = 0;
+            return None;
+        };
+        self.pending = m.info().map(|i| i.pending).unwrap_or(0);
+        Some(m)
+    }
+
+    pub(crate) fn into_messages(self) -> consumer::pull::Ordered {
+        self.messages
+    }
+}
+
 /// The messages of a follower's ordered consumer, while it has one.
 pub(crate) struct Following {
     /// What follows, for the log lines.

@@ -41,7 +41,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, Context, consumer, stream};
-use futures_util::StreamExt;
 use mesgd_core::cluster::client_key;
 use mesgd_providers::builtin::{
     Expect, Replaced, Replica, ReplicaError, ReplicatedAdmin, ReplicatedApiToken, ReplicatedRole,
@@ -50,7 +49,7 @@ use mesgd_providers::builtin::{
 use tokio::task::JoinHandle;
 
 use crate::stats::ClusterStats;
-use crate::streams::{Following, Found, Watched};
+use crate::streams::{Following, Found, Loading, Watched};
 
 /// The subjects' prefix: a user's subject is `mesgd.users.<client_key of the username>`.
 const PREFIX: &str = "mesgd.users";
@@ -557,17 +556,13 @@ impl Replicator {
             description: Some("mesgd node: builtin users".to_owned()),
             ..Default::default()
         };
-        let mut consumer = stream.create_consumer(config).await.map_err(|e| e.to_string())?;
-        let mut pending = consumer.info().await.map_err(|e| e.to_string())?.num_pending;
-        let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+        let mut loading = Loading::start(stream, config).await?;
         // What the store holds before the stream is applied: a record of the stream replaces
         // this node's copy of it instead of being kept as a local change.
         self.node.directory.sync().await;
         self.look_at_store().await;
         let loaded = tokio::time::timeout(self.followed.load_timeout, async {
-            while pending > 0 {
-                let Some(Ok(m)) = messages.next().await else { break };
-                pending = m.info().map(|i| i.pending).unwrap_or(0);
+            while let Some(m) = loading.next().await {
                 self.received(&m).await;
             }
         })
@@ -585,7 +580,7 @@ impl Replicator {
         self.users.publish_unknown(&self.node).await;
         self.admins.publish_unknown(&self.node).await;
         self.api_tokens.publish_unknown(&self.node).await;
-        Ok(messages)
+        Ok(loading.into_messages())
     }
 
     /// Joins `stream`, a new stream in place of the one followed, which holds none of the
