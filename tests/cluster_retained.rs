@@ -1,8 +1,12 @@
 //! Retained messages cluster-wide, over a real nats-server with JetStream: set on one node,
 //! seen from the others (and by a node started later), deleted everywhere by an empty payload
-//! and by an operator's `DELETE /api/v1/retained/{topic}` on one node.
+//! and by an operator's `DELETE /api/v1/retained/{topic}` on one node; the stream deleted under
+//! running nodes is created again and filled from their stores.
 
 mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use common::nats::{NatsServer, node, retained_until};
 use common::v3;
@@ -160,4 +164,62 @@ async fn a_retained_message_past_the_caps_reaches_other_nodes_but_is_not_stored(
     assert!(has(&c, "capped/1", Some(b"kept")));
     assert!(has(&c, "capped/2", None));
     assert!(has(&b, "capped/2", None));
+}
+
+/// A counter of `server`'s cluster.
+fn counted(server: &common::TestServer, pick: fn(&mesgd_cluster::ClusterStats) -> &AtomicU64) -> u64 {
+    pick(common::nats::cluster(server).stats()).load(Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_retained_stream_is_created_again_and_filled_from_the_nodes() {
+    let nats = NatsServer::start().await;
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+    let (setter, _) = v3::connect(v3::options("setter", a.port())).await;
+    // Thirty changes first, so that the old stream's sequences run past what the new one will
+    // hold: a consumer that went on from the old stream's sequence would miss the new one's.
+    for n in 0..30 {
+        setter.client.publish("kept/x", QoS::AtLeastOnce, true, format!("change {n}")).await.unwrap();
+    }
+    setter.client.publish("kept/x", QoS::AtLeastOnce, true, "before").await.unwrap();
+    setter.client.publish("$app/kept", QoS::AtLeastOnce, true, "dollar").await.unwrap();
+    for n in [&a, &b] {
+        retained_until(n, "both set", |n| {
+            has(n, "kept/x", Some(b"before")) && has(n, "$app/kept", Some(b"dollar"))
+        })
+        .await;
+    }
+
+    nats.delete_stream("MESGD_RETAINED").await;
+    // Set on b while the stream is missing (its store fails) or just created again (it is
+    // stored): either way it reaches a once the nodes have joined the new stream.
+    let (other, _) = v3::connect(v3::options("other", b.port())).await;
+    other.client.publish("gap/y", QoS::AtLeastOnce, true, "during").await.unwrap();
+    common::within("both nodes to follow a new retained stream", async {
+        while counted(&a, |s| &s.retained_rejoins) == 0 || counted(&b, |s| &s.retained_rejoins) == 0 {
+            // Polled: a counter has no notification (the nodes check every 5 s).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    retained_until(&a, "the message set on b during the gap", |n| has(n, "gap/y", Some(b"during"))).await;
+
+    // A node with an empty store joins afterwards: the nodes have filled the new stream.
+    let c = node(&nats, "c", "").await;
+    assert!(has(&c, "kept/x", Some(b"before")), "the late node has the message set before the deletion");
+    assert!(has(&c, "$app/kept", Some(b"dollar")), "and the $ topic's");
+    assert!(has(&c, "gap/y", Some(b"during")), "and the one set during the gap");
+
+    // And the nodes follow the new stream from its start: a change on a reaches b and c, a
+    // delete on c reaches a and b.
+    setter.client.publish("kept/x", QoS::AtLeastOnce, true, "after").await.unwrap();
+    for n in [&b, &c] {
+        retained_until(n, "the change after the rejoin", |n| has(n, "kept/x", Some(b"after"))).await;
+    }
+    let (third, _) = v3::connect(v3::options("third", c.port())).await;
+    third.client.publish("gap/y", QoS::AtLeastOnce, true, "").await.unwrap();
+    for n in [&a, &b] {
+        retained_until(n, "the delete after the rejoin", |n| has(n, "gap/y", None)).await;
+    }
 }

@@ -202,8 +202,8 @@ impl Cluster {
         let patience = Duration::from_millis(config.jetstream_ready_timeout_ms);
         let js = async_nats::jetstream::new(client.clone());
         let users_js = js.clone();
-        let stream =
-            retained::stream(&js, &config.retained_stream, config.retained_replicas, patience).await?;
+        let retained_config = retained::stream_config(&config.retained_stream, config.retained_replicas);
+        let stream = retained::stream(&js, retained_config.clone(), patience).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
         let registry_kv =
             registry::bucket(&js, &config.registry_bucket, config.registry_replicas, patience).await?;
@@ -237,14 +237,18 @@ impl Cluster {
         let version = client.server_info().version;
         let features = features::ServerFeatures::of(&version);
         tracing::info!(version, ?features, "cluster: NATS server features");
-        let loaded = retained::follow(&stream, features, broker, &stats, &Arc::new(applied_tx)).await?;
-        let wait = Duration::from_millis(config.retained_load_timeout_ms);
-        if tokio::time::timeout(wait, futures_util::future::join_all(loaded)).await.is_err() {
-            tracing::warn!(
-                timeout_ms = config.retained_load_timeout_ms,
-                "cluster: the retained messages were not all loaded in time; the rest arrive later"
-            );
-        }
+        let retained_follower = retained::Follower::start(
+            js.clone(),
+            &stream,
+            retained_config,
+            features,
+            broker.clone(),
+            me.clone(),
+            stats.clone(),
+            Arc::new(applied_tx),
+            Duration::from_millis(config.retained_load_timeout_ms),
+        )
+        .await?;
 
         let capacity = config.queue_capacity;
         let (live_tx, live_rx) = mpsc::channel(capacity);
@@ -330,6 +334,7 @@ impl Cluster {
                 retained_rx,
                 stats.clone(),
             )),
+            tokio::spawn(retained_follower.run()),
             tokio::spawn(interest.clone().watch_reachability(client.clone())),
             tokio::spawn(lost::watch(
                 client.clone(),

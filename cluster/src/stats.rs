@@ -44,6 +44,12 @@ pub struct ClusterStats {
     pub retained_tombstones_purged: AtomicU64,
     /// Retained changes read from the stream and applied here (this node's own included).
     pub retained_applied: AtomicU64,
+    /// Times the retained stream was found replaced by a new one (or missing, and created
+    /// again) and joined again.
+    pub retained_rejoins: AtomicU64,
+    /// Retained messages of this node's store put into a new retained stream on joining it
+    /// (those another node had put there first are not counted).
+    pub retained_republished: AtomicU64,
     /// NATS slow-consumer events (the server or the client dropped messages for this node).
     pub slow_consumers: AtomicU64,
     /// Times the NATS connection was lost.
@@ -312,6 +318,18 @@ impl ClusterStats {
                 "Retained changes stored in the retained stream",
                 Counter,
                 get(&self.retained_stored),
+            ),
+            (
+                "retained_rejoins",
+                "Times the retained stream was found replaced by a new one and joined again",
+                Counter,
+                get(&self.retained_rejoins),
+            ),
+            (
+                "retained_republished",
+                "Retained messages of this node put into a new retained stream on joining it",
+                Counter,
+                get(&self.retained_republished),
             ),
             (
                 "retained_tombstones_purged",

@@ -153,6 +153,19 @@ impl RetainedStore {
         found
     }
 
+    /// Every unexpired retained message, `$` topics included, in no particular order (for a
+    /// cluster node that fills a new retained stream from its store).
+    pub fn all(&self, now: Instant) -> Vec<Arc<Message>> {
+        let kept = read(&self.tree);
+        let mut found = Vec::with_capacity(kept.tree.len());
+        kept.tree.for_each(|_, m| {
+            if !m.is_expired(now) {
+                found.push(m.clone());
+            }
+        });
+        found
+    }
+
     /// The unexpired retained message of `topic`, if there is one.
     pub fn get(&self, topic: &TopicName, now: Instant) -> Option<Arc<Message>> {
         read(&self.tree).tree.get(topic).filter(|m| !m.is_expired(now)).cloned()
@@ -269,6 +282,22 @@ mod tests {
         assert_eq!(store.set(&msg("a/b", b"")), RetainChange::Removed);
         assert_eq!(store.set(&msg("a/b", b"")), RetainChange::Unchanged);
         assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn all_holds_every_unexpired_message_dollar_topics_included() {
+        let store = RetainedStore::new();
+        let now = Instant::now();
+        store.set(&msg("a/b", b"1"));
+        store.set(&msg("$app/x", b"2"));
+        store.set(&msg("a", b"3"));
+        let expiring = Message::clone(&msg("e/1", b"4")).with_expiry_interval(Some(1), now);
+        store.set(&Arc::new(expiring));
+        let mut topics: Vec<String> = store.all(now).iter().map(|m| m.topic.to_string()).collect();
+        topics.sort();
+        assert_eq!(topics, ["$app/x", "a", "a/b", "e/1"]);
+        let later = now + Duration::from_secs(2);
+        assert_eq!(store.all(later).len(), 3, "an expired message is left out");
     }
 
     #[test]
