@@ -3,8 +3,9 @@
 //! client sees DISCONNECT 0x8E), the same id connecting to two nodes at once leaves exactly one
 //! live connection and one record, a dead owner is fenced by the compare-and-swap, a node
 //! that cannot reach the registry refuses CONNECT within its bound, a node cut off from NATS
-//! closes its clients' connections after `nats_lost_close_ms`, and a persistent session resumed
-//! on another node keeps its subscriptions.
+//! closes its clients' connections after `nats_lost_close_ms`, a persistent session resumed
+//! on another node keeps its subscriptions, and a NATS server back without its storage gets
+//! every node's claims back.
 
 mod common;
 
@@ -402,4 +403,54 @@ async fn a_node_cut_off_from_nats_closes_its_clients_after_nats_lost_close_ms() 
     assert_eq!(counter(&a, |s| &s.nats_lost_closes), 2);
     // No connection is left on the node (persistent sessions would stay, for their expiry).
     eventually("both connections to detach", || async { a.broker().online_sessions().is_empty() }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_server_back_without_its_storage_gets_the_registry_back_and_clients_connect() {
+    let mut nats = NatsServer::start().await;
+    let port: u16 = nats.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port in the URL");
+    let a = node(&nats, "a", "").await;
+    let b = node(&nats, "b", "").await;
+    let (mut held, code) = raw_connect(&a, true, "held").await;
+    assert_eq!(code, ReasonCode::Success);
+
+    // The server comes back on the same port with an empty JetStream store: every bucket and
+    // stream is gone.
+    nats.kill().await;
+    let _nats = NatsServer::start_on(port).await;
+    within("both nodes to claim their ids again in a new registry bucket", async {
+        while counter(&a, |s| &s.registry_reclaimed) == 0
+            || counter(&a, |s| &s.assets_replaced) < 5
+            || counter(&b, |s| &s.assets_replaced) < 5
+        {
+            // Polled: a counter has no notification (the nodes check every 5 s).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(owner(&a, "held").await.as_deref(), Some("a"), "a's record is in the new bucket");
+
+    // New clients connect on either node.
+    let (_fresh, code) = raw_connect(&b, true, "fresh").await;
+    assert_eq!(code, ReasonCode::Success, "a connect on b after the loss");
+    let (_other, code) = raw_connect(&a, false, "other").await;
+    assert_eq!(code, ReasonCode::Success, "a connect on a after the loss");
+    // And the client held on a since before the loss is taken over when it connects on b:
+    // one live connection per client id still.
+    let (_again, code) = raw_connect(&b, true, "held").await;
+    assert_eq!(code, ReasonCode::Success);
+    match held.recv().await {
+        Some(Packet::Disconnect(d)) => assert_eq!(d.reason_code, ReasonCode::SessionTakenOver),
+        other => panic!("expected DISCONNECT 0x8E on a, got {other:?}"),
+    }
+    assert_eq!(owner(&b, "held").await.as_deref(), Some("b"));
+
+    // And QoS 1 goes across nodes (its stream was created again as well).
+    let (mut reader, _) = v3::connect(v3::options("reader", b.port())).await;
+    reader.subscribe("after/#", rumqttc::QoS::AtLeastOnce).await;
+    synced(&b).await;
+    let (publisher, _) = v3::connect(v3::options("writer", a.port())).await;
+    publisher.client.publish("after/loss", rumqttc::QoS::AtLeastOnce, false, "delivered").await.unwrap();
+    let got = reader.next_publish().await;
+    assert_eq!((got.topic.as_str(), &got.payload[..]), ("after/loss", &b"delivered"[..]));
 }

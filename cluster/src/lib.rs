@@ -25,6 +25,8 @@
 //! - `bucket_entries`: listing a KV bucket's entries (for operators and tests).
 //! - `config`: `[cluster]` ([`ClusterConfig`]).
 //! - `connect`: the connections to NATS at start, tried again while the servers are not up yet.
+//! - `assets`: the buckets and streams without a follower of their own (registry, session
+//!   copies, wills, leases, QoS 1/2 stream) checked every 5 s and created again when deleted.
 //! - `durable`: the stream of QoS 1/2 messages, stored before their acknowledgement.
 //! - `features`: what the NATS server offers beyond 2.9, from the version it reports.
 //! - `interest`: the subjects this node wants, counted per filter, and whether NATS has
@@ -36,13 +38,14 @@
 //!   renewed, for too long.
 //! - `retained`: the retained stream, storing into it and following it.
 //! - `registry`: the session registry (which node owns each MQTT client id) in a KV bucket,
-//!   the takeover requests between nodes, and the release of a dead node's records.
+//!   the takeover requests between nodes, the release of a dead node's records, and the
+//!   claims made again in a bucket that replaced a deleted one.
 //! - `sessions`: persistent sessions copied into a KV bucket through the journal
 //!   ([`SessionCopies`]), resumed from there when their node died, and the replay of the
 //!   durable stream for a session resumed here.
 //! - `streams`: creating a stream at start when other nodes may be creating it too, or while
 //!   a NATS cluster is still electing its leaders; noticing that a followed stream was deleted
-//!   or replaced (the users and logins streams).
+//!   or replaced (the users, logins and retained streams, and `assets`).
 //! - `users`: builtin users, their ACLs and content-routing access, administrators and API
 //!   tokens the same on every node, through a stream.
 //! - `logins`: the login sessions' signing key and the ended sessions the same on every node.
@@ -59,6 +62,7 @@
 //!   attached by the relay front end with [`Cluster::attach_relay`].
 //! - `stats`: the counters `/metrics` exposes.
 
+mod assets;
 mod backoff;
 mod bucket_entries;
 mod config;
@@ -205,20 +209,24 @@ impl Cluster {
         let retained_config = retained::stream_config(&config.retained_stream, config.retained_replicas);
         let stream = retained::stream(&js, retained_config.clone(), patience).await?;
         let me = live::Identity { node: Arc::from(config.node.as_str()), instance: rand::random() };
-        let registry_kv =
-            registry::bucket(&js, &config.registry_bucket, config.registry_replicas, patience).await?;
-        let session_store = Arc::new(sessions::store::SessionStore::new(
-            registry::named_bucket(
-                &js,
-                &config.session_state_bucket,
-                config.registry_replicas,
-                "mesgd persistent sessions' state, for recovery when their node dies",
-                -1,
-                Duration::ZERO,
-                patience,
-            )
+        let registry_config =
+            registry::registry_bucket_config(&config.registry_bucket, config.registry_replicas);
+        let registry_kv = registry::bucket_with(&js, registry_config.clone(), patience)
             .await
-            .map_err(StartError::Registry)?,
+            .map_err(StartError::Registry)?;
+        let session_state_config = registry::bucket_config(
+            &config.session_state_bucket,
+            config.registry_replicas,
+            "mesgd persistent sessions' state, for recovery when their node dies",
+            -1,
+            Duration::ZERO,
+        );
+        let session_state_kv = registry::bucket_with(&js, session_state_config.clone(), patience)
+            .await
+            .map_err(StartError::Registry)?;
+        let mut assets = vec![assets::Asset::new(session_state_config, &session_state_kv.stream)];
+        let session_store = Arc::new(sessions::store::SessionStore::new(
+            session_state_kv,
             me.node.clone(),
             stats.clone(),
             Duration::from_millis(config.registry_timeout_ms),
@@ -276,7 +284,9 @@ impl Cluster {
             synced: groups_synced_tx,
         };
         let registry_task = registry.serve().await?;
-        durable::stream(&js, &config.durable, patience).await.map_err(StartError::Durable)?;
+        let durable_stream =
+            durable::stream(&js, &config.durable, patience).await.map_err(StartError::Durable)?;
+        assets.push(assets::Asset::new(durable::stream_config(&config.durable), &durable_stream));
         let durable_js = async_nats::jetstream::ContextBuilder::new()
             .timeout(Duration::from_millis(config.durable.store_timeout_ms))
             .build(client.clone());
@@ -284,29 +294,27 @@ impl Cluster {
             durable::DurableStore::start(durable_js, broker.clone(), me.clone(), capacity, stats.clone());
         let content: Arc<std::sync::OnceLock<content::ContentNode>> = Arc::default();
         let liveness = Arc::new(liveness::Liveness::default());
+        let wills_config = registry::bucket_config(
+            &config.wills_bucket,
+            config.registry_replicas,
+            "mesgd wills of live connections",
+            -1,
+            Duration::ZERO,
+        );
+        let nodes_config = registry::bucket_config(
+            &config.nodes_bucket,
+            config.registry_replicas,
+            "mesgd node leases",
+            1024,
+            Duration::ZERO,
+        );
         let wills = wills::Wills {
-            wills: registry::named_bucket(
-                &js,
-                &config.wills_bucket,
-                config.registry_replicas,
-                "mesgd wills of live connections",
-                -1,
-                Duration::ZERO,
-                patience,
-            )
-            .await
-            .map_err(StartError::Registry)?,
-            nodes: registry::named_bucket(
-                &js,
-                &config.nodes_bucket,
-                config.registry_replicas,
-                "mesgd node leases",
-                1024,
-                Duration::ZERO,
-                patience,
-            )
-            .await
-            .map_err(StartError::Registry)?,
+            wills: registry::bucket_with(&js, wills_config.clone(), patience)
+                .await
+                .map_err(StartError::Registry)?,
+            nodes: registry::bucket_with(&js, nodes_config.clone(), patience)
+                .await
+                .map_err(StartError::Registry)?,
             registry: registry_kv.clone(),
             sessions: session_store.clone(),
             lease: Duration::from_millis(config.lease_ms),
@@ -314,6 +322,10 @@ impl Cluster {
             content: content.clone(),
             liveness: liveness.clone(),
         };
+        // Leases first: a node whose renewals fail closes its clients after nats_lost_close_ms.
+        assets.insert(0, assets::Asset::new(nodes_config, &wills.nodes.stream));
+        assets.push(assets::Asset::new(wills_config, &wills.wills.stream));
+        assets.push(assets::Asset::registry(registry_config, &registry_kv.stream, registry.clone()));
         let wills_kv = wills.wills.clone();
         let renewals = Arc::new(lost::Renewals::default());
         let sweep_every =
@@ -321,6 +333,7 @@ impl Cluster {
         let will_tasks =
             wills::start(wills, broker, me.clone(), renewals.clone(), sweep_every, stats.clone()).await?;
         let mut tasks = vec![
+            tokio::spawn(assets::watch(js.clone(), assets, stats.clone())),
             store_task,
             tokio::spawn(receiver.run()),
             tokio::spawn(group_receiver.run()),

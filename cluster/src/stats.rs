@@ -175,6 +175,12 @@ pub struct ClusterStats {
     pub registry_taken_over: AtomicU64,
     /// Takeover requests ignored because this node's claim is newer.
     pub registry_stale_requests: AtomicU64,
+    /// Client ids this node claimed again in a registry bucket that replaced a deleted one.
+    pub registry_reclaimed: AtomicU64,
+    /// Times a bucket or stream of this node without a follower of its own (the session
+    /// registry, the session copies, wills, leases, the QoS 1/2 stream) was found deleted
+    /// (and created again) or replaced.
+    pub assets_replaced: AtomicU64,
     /// Records deleted when a session ended here.
     pub registry_released: AtomicU64,
     /// Registry records of a dead node released by the node that took over its lease (their
@@ -646,6 +652,18 @@ impl ClusterStats {
                 "Takeover requests ignored: this node's claim is newer",
                 Counter,
                 get(&self.registry_stale_requests),
+            ),
+            (
+                "registry_reclaimed",
+                "Client ids claimed again in a registry bucket that replaced a deleted one",
+                Counter,
+                get(&self.registry_reclaimed),
+            ),
+            (
+                "assets_replaced",
+                "Buckets and streams of this node found deleted (and created again) or replaced",
+                Counter,
+                get(&self.assets_replaced),
             ),
             (
                 "registry_released",

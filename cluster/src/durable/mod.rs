@@ -9,7 +9,7 @@ mod config;
 mod store;
 
 pub use self::config::DurableConfig;
-pub(crate) use self::store::{DurableStore, stream};
+pub(crate) use self::store::{DurableStore, stream, stream_config};
 
 impl crate::Cluster {
     /// The name of the NATS server this node's main connection is on now.

@@ -39,7 +39,12 @@ pub(crate) async fn stream(
     config: &DurableConfig,
     patience: Duration,
 ) -> Result<stream::Stream, String> {
-    let config = stream::Config {
+    crate::streams::get_or_create(js, stream_config(config), patience).await
+}
+
+/// What the stream is made with.
+pub(crate) fn stream_config(config: &DurableConfig) -> stream::Config {
+    stream::Config {
         name: config.stream.clone(),
         subjects: DURABLE.everything().to_vec(),
         storage: stream::StorageType::File,
@@ -50,8 +55,7 @@ pub(crate) async fn stream(
         allow_direct: true,
         description: Some("mesgd QoS 1/2 messages, stored before their acknowledgement".to_owned()),
         ..Default::default()
-    };
-    crate::streams::get_or_create(js, config, patience).await
+    }
 }
 
 #[derive(Debug, Default)]

@@ -122,6 +122,12 @@ impl Holdings {
         false
     }
 
+    /// Forgets every claim, made in a bucket that is gone; returns the ids held, for claiming
+    /// again in the new one.
+    pub(crate) fn take_all(&self) -> Vec<Arc<str>> {
+        lock(&self.held).drain().map(|(id, _)| id).collect()
+    }
+
     /// How many ids this node holds or is claiming.
     pub(crate) fn len(&self) -> usize {
         lock(&self.held).len()
@@ -175,6 +181,21 @@ mod tests {
         assert!(h.claimed(&id("d"), 7));
         assert!(!h.forget_superseded("d"));
         assert_eq!(h.release("d"), Release::Delete(7));
+    }
+
+    #[test]
+    fn after_take_all_a_claim_in_the_new_bucket_counts_from_its_revisions() {
+        let h = Holdings::default();
+        h.begin(&id("c"));
+        h.claimed(&id("c"), 500);
+        h.supersede("c", 400);
+        assert_eq!(h.take_all(), [id("c")]);
+        assert!(h.is_unknown("c"));
+        // The new bucket's revisions start again from 1: claimed there at 3, the request of a
+        // newer claim there (5) supersedes it, as the old bucket's 500 would have hidden.
+        h.begin(&id("c"));
+        assert!(h.claimed(&id("c"), 3));
+        assert_eq!(h.supersede("c", 5), Verdict::Superseded);
     }
 
     #[test]

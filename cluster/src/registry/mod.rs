@@ -21,6 +21,7 @@
 
 pub(crate) mod handover;
 mod holdings;
+mod rejoin;
 pub(crate) mod sweep;
 mod takeover;
 
@@ -50,26 +51,9 @@ const MAX_ATTEMPTS: usize = 16;
 /// JetStream's default duplicate window, which a bucket whose records expire sooner shortens.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
-/// The bucket, created if it does not exist. Its stream is created here with the settings
-/// the KV API gives a bucket (async-nats's own bucket creation first reads account
-/// information in a form nats-server 2.9 does not send): `KV_<bucket>` on `$KV.<bucket>.>`,
-/// one message per key, roll-ups allowed, deletes only through the KV markers, direct gets.
-pub(crate) async fn bucket(
-    js: &jetstream::Context,
-    name: &str,
-    replicas: usize,
-    patience: Duration,
-) -> Result<kv::Store, crate::StartError> {
-    let description = "mesgd session registry: the node owning each MQTT client id";
-    let max_message_size = i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX);
-    named_bucket(js, name, replicas, description, max_message_size, Duration::ZERO, patience)
-        .await
-        .map_err(crate::StartError::Registry)
-}
-
-/// A KV bucket with the settings above (`max_message_size` -1: the server's limit; `max_age`
-/// zero: records stay until deleted), created if it does not exist: every bucket of the
-/// cluster is made here. The error says why, for the caller's own [`crate::StartError`]
+/// A KV bucket with the settings of [`bucket_config`] (`max_message_size` -1: the server's
+/// limit; `max_age` zero: records stay until deleted), created if it does not exist: every
+/// bucket of the cluster is made here. The error says why, for the caller's own [`crate::StartError`]
 /// variant.
 pub(crate) async fn named_bucket(
     js: &jetstream::Context,
@@ -80,7 +64,50 @@ pub(crate) async fn named_bucket(
     max_age: Duration,
     patience: Duration,
 ) -> Result<kv::Store, String> {
-    let config = stream::Config {
+    bucket_with(js, bucket_config(name, replicas, description, max_message_size, max_age), patience).await
+}
+
+/// The bucket whose stream `config` ([`bucket_config`]) describes, created if it does not exist.
+pub(crate) async fn bucket_with(
+    js: &jetstream::Context,
+    config: stream::Config,
+    patience: Duration,
+) -> Result<kv::Store, String> {
+    let name = config.name.strip_prefix("KV_").unwrap_or(&config.name).to_owned();
+    let stream = crate::streams::get_or_create(js, config, patience).await?;
+    // The store over the stream just created or found, as async-nats's `get_key_value` makes
+    // it, without reading the stream's information a second time.
+    let settings = &stream.cached_info().config;
+    if settings.max_messages_per_subject < 1 || settings.mirror.is_some() {
+        return Err(format!(
+            "stream KV_{name} exists but is not a key-value bucket this node can use \
+             (max_messages_per_subject {}, mirror {}): remove it or name another bucket",
+            settings.max_messages_per_subject,
+            settings.mirror.is_some()
+        ));
+    }
+    Ok(kv::Store {
+        name: name.clone(),
+        stream_name: format!("KV_{name}"),
+        prefix: format!("$KV.{name}."),
+        put_prefix: None,
+        use_jetstream_prefix: false,
+        stream,
+    })
+}
+
+/// What [`named_bucket`] makes a bucket's stream with: the settings the KV API gives a bucket
+/// (async-nats's own bucket creation first reads account information in a form nats-server 2.9
+/// does not send): `KV_<bucket>` on `$KV.<bucket>.>`, one message per key, roll-ups allowed,
+/// deletes only through the KV markers, direct gets.
+pub(crate) fn bucket_config(
+    name: &str,
+    replicas: usize,
+    description: &str,
+    max_message_size: i32,
+    max_age: Duration,
+) -> stream::Config {
+    stream::Config {
         name: format!("KV_{name}"),
         description: Some(description.to_owned()),
         subjects: vec![format!("$KV.{name}.>")],
@@ -97,27 +124,18 @@ pub(crate) async fn named_bucket(
         // default of two minutes).
         duplicate_window: if max_age.is_zero() { Duration::ZERO } else { max_age.min(DUPLICATE_WINDOW) },
         ..Default::default()
-    };
-    let stream = crate::streams::get_or_create(js, config, patience).await?;
-    // The store over the stream just created or found, as async-nats's `get_key_value` makes
-    // it, without reading the stream's information a second time.
-    let settings = &stream.cached_info().config;
-    if settings.max_messages_per_subject < 1 || settings.mirror.is_some() {
-        return Err(format!(
-            "stream KV_{name} exists but is not a key-value bucket this node can use \
-             (max_messages_per_subject {}, mirror {}): remove it or name another bucket",
-            settings.max_messages_per_subject,
-            settings.mirror.is_some()
-        ));
     }
-    Ok(kv::Store {
-        name: name.to_owned(),
-        stream_name: format!("KV_{name}"),
-        prefix: format!("$KV.{name}."),
-        put_prefix: None,
-        use_jetstream_prefix: false,
-        stream,
-    })
+}
+
+/// What the session registry bucket's stream is made with.
+pub(crate) fn registry_bucket_config(name: &str, replicas: usize) -> stream::Config {
+    bucket_config(name, replicas, REGISTRY_DESCRIPTION, registry_max_message_size(), Duration::ZERO)
+}
+
+const REGISTRY_DESCRIPTION: &str = "mesgd session registry: the node owning each MQTT client id";
+
+fn registry_max_message_size() -> i32 {
+    i32::try_from(MAX_MESSAGE_LEN).unwrap_or(i32::MAX)
 }
 
 /// The broker's [`SessionRegistry`] seam; cheap to clone.
@@ -256,13 +274,7 @@ impl Registry {
     /// the new revision and the record it replaced.
     async fn swap(&self, kv_key: &str) -> Result<(u64, Option<Record>), String> {
         let me = &self.inner;
-        let since_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        let record = Record {
-            node: me.node.to_string(),
-            instance: me.instance.clone(),
-            since_ms: u64::try_from(since_ms).unwrap_or(u64::MAX),
-        };
-        let value = Bytes::from(record.encode());
+        let value = self.record();
         for _ in 0..MAX_ATTEMPTS {
             let (expected, previous) = match me.kv.entry(kv_key).await.map_err(|e| e.to_string())? {
                 None => (0, None),
@@ -285,6 +297,23 @@ impl Registry {
             }
         }
         Err(format!("{MAX_ATTEMPTS} compare-and-swap conflicts in a row"))
+    }
+
+    /// This node's record, claiming an id now.
+    fn record(&self) -> Bytes {
+        let me = &self.inner;
+        let since_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let record = Record {
+            node: me.node.to_string(),
+            instance: me.instance.clone(),
+            since_ms: u64::try_from(since_ms).unwrap_or(u64::MAX),
+        };
+        Bytes::from(record.encode())
+    }
+
+    /// Whether `record` is this node's (this instance's).
+    fn is_mine(&self, record: &Record) -> bool {
+        *record.node == *self.inner.node && record.instance == self.inner.instance
     }
 
     /// Asks `node` to close its connection to `id` (and, with `resume`, to hand its session
