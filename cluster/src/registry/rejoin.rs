@@ -17,8 +17,13 @@ use mesgd_core::cluster::client_key;
 use mesgd_core::cluster::registry::Record;
 use mesgd_core::model::{Kick, SessionKey};
 
+use futures_util::StreamExt;
+
 use super::Registry;
 use crate::stats::ClusterStats;
+
+/// How many ids are claimed again at once (each is two JetStream round trips at most).
+const AT_ONCE: usize = 64;
 
 /// What claiming an id again found.
 enum Reclaim {
@@ -37,28 +42,35 @@ impl Registry {
     pub(crate) async fn rejoin(&self) -> bool {
         let me = &self.inner;
         let Some(broker) = me.broker.upgrade() else { return true };
+        let ids = me.holdings.take_all();
+        let mut results = futures_util::stream::iter(ids)
+            .map(|id| {
+                let broker = broker.clone();
+                async move {
+                    let key = SessionKey::mqtt(&*id);
+                    let found = {
+                        let _held = broker.lock_client(&key).await;
+                        // Ended meanwhile: nothing to claim.
+                        broker.session(&key)?;
+                        self.reclaim(&id).await
+                    };
+                    if matches!(found, Ok(Reclaim::Elsewhere)) {
+                        self.yield_to_newer(&key, &broker).await;
+                    }
+                    if let Err(e) = &found {
+                        tracing::warn!(client_id = &*id, error = %e, "cluster: cannot claim the client id again in the new session registry");
+                    }
+                    Some(found)
+                }
+            })
+            .buffer_unordered(AT_ONCE);
         let (mut held, mut lost, mut failed) = (0u64, 0u64, 0u64);
-        for id in me.holdings.take_all() {
-            let key = SessionKey::mqtt(&*id);
-            let found = {
-                let _held = broker.lock_client(&key).await;
-                if broker.session(&key).is_none() {
-                    // Ended meanwhile: nothing to claim.
-                    continue;
-                }
-                self.reclaim(&id).await
-            };
+        while let Some(found) = results.next().await {
             match found {
-                Ok(Reclaim::Held) => held += 1,
-                Ok(Reclaim::Superseded) => lost += 1,
-                Ok(Reclaim::Elsewhere) => {
-                    lost += 1;
-                    self.yield_to_newer(&key, &broker).await;
-                }
-                Err(e) => {
-                    failed += 1;
-                    tracing::warn!(client_id = &*id, error = %e, "cluster: cannot claim the client id again in the new session registry");
-                }
+                Some(Ok(Reclaim::Held)) => held += 1,
+                Some(Ok(Reclaim::Superseded | Reclaim::Elsewhere)) => lost += 1,
+                Some(Err(_)) => failed += 1,
+                None => {}
             }
         }
         ClusterStats::add(&me.stats.registry_reclaimed, held);
