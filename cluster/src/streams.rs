@@ -266,10 +266,17 @@ fn explain(name: &str, max_bytes: i64, error: &str) -> String {
     if !error.contains("insufficient storage") {
         return error.to_owned();
     }
+    let what = if max_bytes > 0 {
+        format!("cannot reserve the {max_bytes} bytes of stream {name}")
+    } else {
+        // A stream without a budget of its own reserves nothing: the others' budgets have
+        // taken the whole store (a byte count of 0 here read as if nothing were asked).
+        format!("has no room left for stream {name}: the budgets of the other streams reserve all of it")
+    };
     format!(
-        "{error}: the NATS server cannot reserve the {max_bytes} bytes of stream {name}; raise \
-         its jetstream max_file_store (by default 75% of the disk free at its start), free disk \
-         space, or lower the budget ([cluster.durable] max_bytes, [relay] queue_global_bytes)"
+        "{error}: the NATS server {what}; raise its jetstream max_file_store (by default 75% of \
+         the disk free at its start), free disk space, or lower the budget ([cluster.durable] \
+         max_bytes, [relay] queue_global_bytes)"
     )
 }
 
@@ -286,5 +293,8 @@ mod tests {
             "{e}"
         );
         assert_eq!(explain("s", 1, "timed out"), "timed out");
+        // A stream without a budget: the store is full of the others' reservations.
+        let e = explain("KV_mesgd_wills", 0, "jetstream error: insufficient storage resources available");
+        assert!(e.contains("no room left for stream KV_mesgd_wills") && !e.contains("0 bytes"), "{e}");
     }
 }
