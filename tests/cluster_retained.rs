@@ -174,8 +174,24 @@ fn counted(server: &common::TestServer, pick: fn(&mesgd_cluster::ClusterStats) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_retained_stream_is_created_again_and_filled_from_the_nodes() {
     let nats = NatsServer::start().await;
-    let a = node(&nats, "a", "").await;
-    let b = node(&nats, "b", "").await;
+    // With `$SYS` on: each node's statistics are retained messages of its own store.
+    let sys = "[mqtt]\nsys_interval = 1\n";
+    let a = node(&nats, "a", sys).await;
+    let b = node(&nats, "b", sys).await;
+    common::within("both nodes' $SYS statistics", async {
+        let has_sys = |n: &common::TestServer| {
+            n.broker()
+                .retained()
+                .all(std::time::Instant::now())
+                .iter()
+                .any(|m| m.topic.as_str().starts_with("$SYS/"))
+        };
+        while !has_sys(&a) || !has_sys(&b) {
+            // Polled: the statistics are published on a timer, with nothing to wait on.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let (setter, _) = v3::connect(v3::options("setter", a.port())).await;
     // Thirty changes first, so that the old stream's sequences run past what the new one will
     // hold: a consumer that went on from the old stream's sequence would miss the new one's.
@@ -204,6 +220,12 @@ async fn a_deleted_retained_stream_is_created_again_and_filled_from_the_nodes() 
     })
     .await;
     retained_until(&a, "the message set on b during the gap", |n| has(n, "gap/y", Some(b"during"))).await;
+
+    // The new stream holds one message per topic set, and none of the nodes' own `$SYS`
+    // statistics, which never leave their node.
+    let (messages, _) =
+        common::nats::cluster(&a).durable_stream_state("MESGD_RETAINED").await.expect("stream info");
+    assert_eq!(messages, 3, "kept/x, $app/kept and gap/y");
 
     // A node with an empty store joins afterwards: the nodes have filled the new stream.
     let c = node(&nats, "c", "").await;

@@ -242,7 +242,10 @@ impl Follower {
         let now = std::time::Instant::now();
         let mut acks = futures_util::stream::FuturesUnordered::new();
         let mut put = 0;
-        for message in self.broker.retained().all(now) {
+        // `$SYS` statistics are each node's own, never stored in the stream.
+        for message in
+            self.broker.retained().all(now).into_iter().filter(|m| !crate::live::node_local(&m.topic))
+        {
             let Ok(subject) = RETAINED.topic(&message.topic) else { continue };
             let mut headers =
                 wire::encode(&message, &self.me.node, (self.me.instance, 0), ExpiryAs::Deadline, |i| {
